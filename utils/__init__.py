@@ -1,0 +1,1 @@
+"""Shared plumbing for the chapter scripts: launchers, flags, data, timing."""

@@ -1,0 +1,48 @@
+"""The one flag vocabulary every script shares.
+
+Scripts build their parser with ``make_parser(__doc__)`` so that ``--help`` shows the
+module docstring (with its launch commands) and the same spelling of every common flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from utils.distributed import DEFAULT_TIMEOUT_S
+
+
+def make_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser with the flags every script takes: --backend, --timeout, --seed."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--backend", choices=["auto", "nccl", "gloo"], default=os.environ.get("DDP_BACKEND", "auto"),
+        help="process-group backend; auto = nccl with CUDA GPUs, else gloo "
+        "(default: $DDP_BACKEND or auto)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=float(os.environ.get("DDP_TIMEOUT", DEFAULT_TIMEOUT_S)),
+        metavar="SECONDS",
+        help="longest wait of any collective before it fails instead of hanging "
+        "(default: $DDP_TIMEOUT or %(default)s)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    return parser
+
+
+def add_training_args(
+    parser: argparse.ArgumentParser, *, epochs: int = 3, batch_size: int = 32,
+    lr: float | None = 0.05,
+) -> argparse.ArgumentParser:
+    """Add --epochs, --batch-size (per rank) and --lr (unless lr=None), with a script's
+    own defaults."""
+    parser.add_argument("--epochs", type=int, default=epochs, help="epochs (default: %(default)s)")
+    parser.add_argument(
+        "--batch-size", type=int, default=batch_size,
+        help="samples per step on each rank (default: %(default)s)",
+    )
+    if lr is not None:
+        parser.add_argument("--lr", type=float, default=lr, help="learning rate (default: %(default)s)")
+    return parser
