@@ -416,6 +416,7 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
 def cleanup_distributed() -> None:
     """Leave the process group (safe to call twice, or without a group)."""
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

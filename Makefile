@@ -1,0 +1,53 @@
+# The two commands of the README:
+#   make quickstart   set up .venv from requirements.txt, run chapter 01 on 2 CPU processes
+#   make test         set up everything the tests need, then run the whole suite
+# Other targets: make docs (build the site into site/), make serve, make lint,
+# make outputs (re-capture docs/outputs/*.txt, the runs the chapters show), make clean.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Each MPI gets its own small venv: both ship an `mpiexec`, and mpi4py must match the one
+# that launches it. They see the main venv's packages (torch, ...) through a .pth file.
+MPIS   := openmpi mpich
+
+.PHONY: quickstart test lint docs serve outputs clean
+
+quickstart: $(VENV)/.installed
+	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
+
+test: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+	$(BIN)/shellcheck -x scripts/*.sh scripts/*/*.sh .ci/run
+
+docs: $(VENV)/.dev-installed
+	$(BIN)/mkdocs build --strict
+
+serve: $(VENV)/.dev-installed
+	$(BIN)/mkdocs serve
+
+outputs: $(VENV)/.installed
+	$(BIN)/python tests/captured_outputs.py
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: requirements-dev.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+.venv-%/.installed: $(VENV)/.installed
+	$(BIN)/python -m venv .venv-$*
+	.venv-$*/bin/pip install --quiet $* mpi4py
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+	  > "$$(.venv-$*/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/main_venv.pth"
+	touch $@
+
+clean:
+	rm -rf $(VENV) $(MPIS:%=.venv-%) site .pytest_cache .ruff_cache

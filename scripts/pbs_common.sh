@@ -1,0 +1,83 @@
+# shellcheck shell=bash
+# Shared setup for every PBS job script in scripts/NN_topic/. Source it, don't run it:
+#     source "$REPO_DIR/scripts/pbs_common.sh"
+#
+# Parameters: edit the defaults here once for your site, or set them in the environment
+# (qsub -v NPROC_PER_NODE=2 ...). Nothing site-specific is hard-coded below them.
+#   VENV            virtual environment to activate      (default: $REPO_DIR/.venv, if present)
+#   MODULES         modules to load first, space-separated, e.g. "cuda/12.4 gcc" (default: none)
+#   NPROC_PER_NODE  processes per node                     (default: GPUs on the node, else 2)
+#   NODE_LAUNCHER   starts one command on every node of a multi-node job
+#                   (default: "mpiexec -n NNODES --ppn 1", as PBS Pro's Cray PALS and MPICH
+#                   take it; with Open MPI use "mpiexec -n NNODES --map-by ppr:1:node")
+#
+# It then sets (and exports):
+#   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
+# and defines:
+#   launch_torchrun SCRIPT [ARGS...]   NPROC_PER_NODE processes on each of the NNODES nodes
+#
+# It works under PBS Pro (PBS_NODEFILE, PBS_JOBID, PBS_O_WORKDIR), under Slurm, whose
+# qsub wrapper and sbatch set SLURM_JOB_NODELIST and SLURM_JOB_ID instead, and under
+# plain bash on one machine (no scheduler: this host is the only node).
+
+VENV="${VENV:-}"
+MODULES="${MODULES:-}"
+NPROC_PER_NODE="${NPROC_PER_NODE:-}"
+NODE_LAUNCHER="${NODE_LAUNCHER:-}"
+
+# --- where we are: PBS starts jobs in $HOME; go back to where qsub was run.
+REPO_DIR="${REPO_DIR:-${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}}"
+cd "$REPO_DIR" || { echo "pbs_common.sh: cannot cd to REPO_DIR=$REPO_DIR" >&2; exit 1; }
+
+# --- software: modules first, then the virtual environment.
+if [[ -n "$MODULES" ]]; then
+    read -r -a module_names <<< "$MODULES"
+    module load "${module_names[@]}"
+fi
+VENV="${VENV:-$REPO_DIR/.venv}"
+if [[ -f "$VENV/bin/activate" ]]; then
+    # shellcheck source=/dev/null
+    source "$VENV/bin/activate"
+fi
+
+# --- the job's nodes, in order, each once: PBS's node file, else Slurm's list, else here.
+if [[ -n "${PBS_NODEFILE:-}" && -f "${PBS_NODEFILE}" ]]; then
+    mapfile -t NODES < <(awk 'NF && !seen[$1]++ {print $1}' "$PBS_NODEFILE")
+elif [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
+    mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+else
+    NODES=("$(hostname)")
+fi
+NNODES=${#NODES[@]}
+JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-local-$$}}"
+
+# --- processes per node: one per GPU; on a machine without GPUs, 2 CPU processes.
+if [[ -z "$NPROC_PER_NODE" ]]; then
+    NPROC_PER_NODE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    [[ "$NPROC_PER_NODE" -gt 0 ]] || NPROC_PER_NODE=2
+fi
+
+# --- where rank 0 listens: the first node, on a port derived from the job id, so two
+# jobs on one node never share a port (utils/distributed.py's job_port() is the same).
+MASTER_ADDR="${MASTER_ADDR:-${NODES[0]}}"
+job_digits=$(printf '%s' "$JOB_ID" | tr -cd '0-9' | tail -c 9)
+MASTER_PORT="${MASTER_PORT:-$((15000 + 10#${job_digits:-0} % 17000))}"
+export REPO_DIR JOB_ID NNODES NPROC_PER_NODE MASTER_ADDR MASTER_PORT
+
+echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}] x ${NPROC_PER_NODE} process(es); master ${MASTER_ADDR}:${MASTER_PORT}"
+
+# launch_torchrun SCRIPT [ARGS...]: one torchrun per node; each starts NPROC_PER_NODE ranks.
+launch_torchrun() {
+    local -a cmd
+    if [[ "$NNODES" -eq 1 ]]; then
+        # One node: --standalone runs its own rendezvous on a free local port.
+        cmd=(torchrun --standalone --nproc_per_node="$NPROC_PER_NODE" "$@")
+    else
+        local -a node_launcher
+        read -r -a node_launcher <<< "${NODE_LAUNCHER:-mpiexec -n $NNODES --ppn 1}"
+        cmd=("${node_launcher[@]}" torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
+             --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
+    fi
+    echo "+ ${cmd[*]}"
+    "${cmd[@]}"
+}

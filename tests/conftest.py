@@ -1,0 +1,116 @@
+"""Launch the real scripts under the real launchers, and never hang.
+
+Every helper here starts processes in their own session and kills the whole group when
+the timeout runs out, so a hung rank becomes a test failure that shows its output.
+
+The MPI launchers live in their own virtual environments (`make test` builds them):
+.venv-openmpi and .venv-mpich, each with its MPI's `mpiexec` and a matching mpi4py, and
+the main .venv's packages (torch, ...) visible through a .pth file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+MPI_VENVS = {"openmpi": REPO / ".venv-openmpi", "mpich": REPO / ".venv-mpich"}
+# Variables a launcher sets; a test must never inherit them from the shell that runs pytest.
+LAUNCHER_VARS = re.compile(
+    r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|"
+    r"OMPI_.*|PMIX_.*|PMI_.*|PALS_.*|MPI_LOCAL.*|SLURM_.*|PBS_.*|DDP_.*)$"
+)
+
+
+@dataclass
+class Result:
+    """What a user would see: the exit code and everything printed."""
+
+    returncode: int
+    output: str
+    seconds: float
+
+    def summary(self) -> dict[str, str]:
+        """The key=value pairs of the last 'summary:' line."""
+        lines = [line for line in self.output.splitlines() if line.startswith("summary:")]
+        assert lines, f"no summary line in the output:\n{self.output}"
+        return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+
+    def count(self, text: str) -> int:
+        return self.output.count(text)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARS.match(k)}
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
+        cwd: Path = REPO) -> Result:
+    """Run cmd to completion, or kill its whole process group after `timeout` seconds."""
+    import time
+
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [str(c) for c in cmd], cwd=cwd, env=env or clean_env(), stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s (a hang?): {' '.join(map(str, cmd))}\n{output}")
+    return Result(proc.returncode, output, time.monotonic() - start)
+
+
+def script(path: str) -> Path:
+    return REPO / "scripts" / path
+
+
+def python(path: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Result:
+    """`python script.py ...`: one process, no launcher."""
+    return run([sys.executable, script(path), *args], env=env, timeout=timeout)
+
+
+def torchrun(nproc: int, path: str, *args: str, timeout: float = 180) -> Result:
+    """`torchrun --standalone --nproc_per_node=N script.py ...`"""
+    cmd = [VENV_BIN / "torchrun", "--standalone", f"--nproc_per_node={nproc}", script(path), *args]
+    return run(cmd, timeout=timeout)
+
+
+def mpi_env(mpi: str) -> dict[str, str]:
+    """The environment of a shell where this MPI's venv comes first on PATH."""
+    venv = MPI_VENVS[mpi]
+    if not (venv / "bin" / "mpiexec").exists():
+        message = f"{venv.name} is missing: `make test` builds it"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    env = clean_env(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", VIRTUAL_ENV=str(venv))
+    if mpi == "openmpi":  # CI runs as root; Open MPI refuses that unless told twice
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def mpiexec(mpi: str, n: int, path: str, *args: str, launcher_args: tuple[str, ...] = (),
+            timeout: float = 180) -> Result:
+    """`mpiexec -n N [launcher_args] python script.py ...` with Open MPI or MPICH.
+
+    Open MPI gets --oversubscribe: it refuses more ranks than cores otherwise, and the
+    test machine has two.
+    """
+    env = mpi_env(mpi)
+    extra = ["--oversubscribe"] if mpi == "openmpi" else []
+    cmd = ["mpiexec", "-n", str(n), *extra, *launcher_args, "python", script(path), *args]
+    return run(cmd, env=env, timeout=timeout)

@@ -1,0 +1,190 @@
+"""utils/distributed.py: the launcher table, read from environments alone (no processes),
+and the errors a user gets for a broken launch environment (real processes)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+from conftest import clean_env, python
+
+from utils.distributed import (
+    DistributedSetupError,
+    LaunchInfo,
+    detect_launcher,
+    first_host,
+    job_port,
+    resolve_master,
+)
+
+BASIC = "01_data_parallel_ddp/multinode_ddp_basic.py"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, LaunchInfo("none", 0, 1, 0, 1)),
+        (
+            {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+             "TORCHELASTIC_RUN_ID": "job"},
+            LaunchInfo("torchrun", 3, 8, 1, 2),
+        ),
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, LaunchInfo("env", 1, 2, 0, None)),
+        (
+            {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+             "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+             "PMIX_RANK": "5"},
+            LaunchInfo("openmpi", 5, 8, 1, 4),
+        ),
+        (
+            {"PMI_RANK": "6", "PMI_SIZE": "8", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "4"},
+            LaunchInfo("mpich", 6, 8, 2, 4),
+        ),
+        (  # Cray PALS sets PMI_* as well: it must be read as PALS, not as MPICH
+            {"PALS_RANKID": "7", "PALS_LOCAL_RANKID": "3", "PMI_RANK": "7", "PMI_SIZE": "8",
+             "PMI_LOCAL_SIZE": "4", "PALS_NODEID": "1"},
+            LaunchInfo("pals", 7, 8, 3, 4),
+        ),
+        (
+            {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0",
+             "SLURM_NNODES": "2", "SLURM_JOB_ID": "77"},
+            LaunchInfo("slurm", 3, 4, 1, None),
+        ),
+        (  # one node: every task is local
+            {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0",
+             "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1"},
+            LaunchInfo("slurm", 1, 2, 1, 2),
+        ),
+        (  # an sbatch script itself (no srun step) is one process, not rank 0 of N
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "77"},
+            LaunchInfo("none", 0, 1, 0, 1),
+        ),
+        (  # torchrun inside an MPI or Slurm allocation: torchrun's variables win
+            {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "x",
+             "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+             "OMPI_COMM_WORLD_LOCAL_RANK": "0", "SLURM_PROCID": "0", "SLURM_STEP_ID": "1"},
+            LaunchInfo("torchrun", 2, 4, 0, None),
+        ),
+        (  # mpiexec inside a Slurm job: the MPI's variables win over the job's
+            {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "SLURM_PROCID": "0",
+             "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0"},
+            LaunchInfo("mpich", 1, 2, 1, None),
+        ),
+    ],
+)
+def test_launcher_table(env, expected):
+    assert detect_launcher(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "1"}, "WORLD_SIZE and LOCAL_RANK are not"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK is not"),
+        ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK=2 but WORLD_SIZE=2"),
+        ({"RANK": "-1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "a rank must lie in 0..1"),
+        ({"RANK": "one", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK='one' is not an integer"),
+        ({"RANK": "0", "WORLD_SIZE": "0", "LOCAL_RANK": "0"}, "world size must be >= 1"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+            "LOCAL_RANK=2 is outside this node's 2 processes",
+        ),
+        ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ({"PMI_RANK": "0", "PMI_SIZE": "2"}, "MPI_LOCALRANKID is not"),
+        ({"PALS_RANKID": "0", "PALS_LOCAL_RANKID": "0"}, "PMI_SIZE is not"),
+        ({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM_NTASKS is not"),
+    ],
+)
+def test_broken_environments_name_the_variable(env, message):
+    with pytest.raises(DistributedSetupError, match=message):
+        detect_launcher(env)
+
+
+def test_job_port_is_stable_per_job_and_differs_between_jobs():
+    assert job_port("1234.pbs01") == job_port("1234.pbs01")
+    assert job_port("1234.pbs01") != job_port("1235.pbs01")
+    assert all(15000 <= job_port(str(j)) < 32000 for j in (0, 1, 99999, 10**12))
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "host"),
+    [("gpu[03-05,09],cpu1", "gpu03"), ("node7", "node7"), ("a1,a2", "a1"), ("x[1,3]", "x1")],
+)
+def test_first_host_of_a_slurm_node_list(nodelist, host):
+    assert first_host(nodelist) == host
+
+
+def test_master_from_environment_job_id_and_node_list(tmp_path):
+    two_nodes = LaunchInfo("slurm", 0, 4, 0, None)
+    assert resolve_master(two_nodes, {"MASTER_ADDR": "n1", "MASTER_PORT": "23456"}) == ("n1", 23456)
+    # no MASTER_*: the first node of the job, a port from the job id
+    assert resolve_master(two_nodes, {"SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "991"}) == (
+        "gpu07", job_port("991"))
+    nodefile = tmp_path / "nodes"
+    nodefile.write_text("n5\nn5\nn6\n")
+    assert resolve_master(two_nodes, {"PBS_NODEFILE": str(nodefile), "PBS_JOBID": "42.pbs"}) == (
+        "n5", job_port("42.pbs"))
+    # one node: the loopback address
+    one_node = LaunchInfo("slurm", 0, 2, 0, 2)
+    assert resolve_master(one_node, {"SLURM_JOB_ID": "5"})[0] == "127.0.0.1"
+
+
+def test_master_unknown_is_a_clear_error():
+    two_nodes = LaunchInfo("slurm", 0, 4, 0, None)
+    with pytest.raises(DistributedSetupError, match="set MASTER_ADDR"):
+        resolve_master(two_nodes, {"SLURM_JOB_ID": "5"})
+    with pytest.raises(DistributedSetupError, match="set MASTER_PORT"):
+        resolve_master(LaunchInfo("env", 0, 2, 0, 2), {})
+    with pytest.raises(DistributedSetupError, match="MASTER_PORT='http' is not a port"):
+        resolve_master(two_nodes, {"MASTER_ADDR": "n1", "MASTER_PORT": "http"})
+
+
+# ---- the same errors as a user meets them: a real process, one clear line, no traceback
+def run_with(timeout_flag: str = "5", **env: str):
+    return python(BASIC, "--timeout", timeout_flag, env=clean_env(**env), timeout=60)
+
+
+def assert_clear_error(result, *fragments: str) -> None:
+    assert result.returncode == 1, result.output
+    assert "Traceback" not in result.output and "frame #" not in result.output, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("setup_distributed: "), result.output
+    for fragment in fragments:
+        assert fragment in last
+
+
+def test_partial_torchrun_variables():
+    assert_clear_error(run_with(RANK="1"), "WORLD_SIZE and LOCAL_RANK are not")
+
+
+def test_unresolvable_master():
+    result = run_with(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="no-such-host.invalid",
+                      MASTER_PORT="23456")
+    assert_clear_error(result, "MASTER_ADDR='no-such-host.invalid' does not resolve")
+
+
+def test_unreachable_master_fails_within_the_timeout():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_with("3", RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    assert_clear_error(result, f"could not reach the master at 127.0.0.1:{port} within 3 s")
+    assert result.seconds < 30
+
+
+def test_port_already_in_use():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_with(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+    assert_clear_error(result, f"port {port} on 127.0.0.1 is already in use")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has GPUs: nccl works")
+def test_nccl_without_gpus_says_what_to_use():
+    result = python(BASIC, "--backend", "nccl")
+    assert_clear_error(result, "use --backend gloo")

@@ -1,0 +1,45 @@
+"""The site builds strictly, includes its code from the scripts, and shows real output."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from captured_outputs import OUTPUTS, masked, read, run_command
+from conftest import REPO, clean_env, run
+
+
+def test_mkdocs_build_strict(tmp_path):
+    mkdocs = Path(sys.executable).parent / "mkdocs"
+    result = run([mkdocs, "build", "--strict", "-d", tmp_path / "site"],
+                 env=clean_env(NO_MKDOCS_2_WARNING="1"), timeout=120)
+    assert result.returncode == 0, result.output
+    page = (tmp_path / "site" / "chapters" / "01_data_parallel_ddp" / "index.html").read_text()
+    assert "--8&lt;--" not in page and "--8<--" not in page, "a snippet was not included"
+    assert "DistributedSampler(dataset, num_replicas=ctx.world_size" in page  # from the script
+
+
+def test_every_script_folder_has_its_chapter_in_the_nav():
+    nav = (REPO / "mkdocs.yml").read_text()
+    for folder in sorted((REPO / "scripts").glob("[0-9][0-9]_*/")):
+        assert (REPO / "chapters" / f"{folder.name}.md").exists(), folder.name
+        assert f"chapters/{folder.name}.md" in nav, folder.name
+
+
+def test_chapters_type_no_long_python_blocks_by_hand():
+    """Python shown on a page comes from the scripts (snippets), never typed into it."""
+    for page in (REPO / "chapters").glob("*.md"):
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S):
+            lines = [ln for ln in block.splitlines() if ln.strip()]
+            assert len(lines) <= 3 or all("--8<--" in ln for ln in lines), (page.name, block)
+
+
+@pytest.mark.parametrize("path", sorted(OUTPUTS.glob("*.txt")), ids=lambda p: p.name)
+def test_captured_output_matches_a_fresh_run(path):
+    command, captured = read(path)
+    assert captured.strip(), f"{path.name} holds no output: run `make outputs`"
+    fresh = run_command(command)
+    assert masked(fresh) == masked(captured), (
+        f"{path.name} no longer matches what `{command}` prints: run `make outputs`\n{fresh}")
