@@ -29,6 +29,9 @@ LAUNCHER_VARS = re.compile(
     r"OMPI_.*|PMIX_.*|PMI_.*|PALS_.*|MPI_LOCAL.*|SLURM_.*|PBS_.*|DDP_.*)$"
 )
 
+# Signs of an unclean exit that every run is checked for, whatever the test asserts.
+TEARDOWN_FAILURES = ("terminate called", "DistributedDataParallel model is still alive")
+
 
 @dataclass
 class Result:
@@ -71,6 +74,8 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 1
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
         pytest.fail(f"timed out after {timeout} s (a hang?): {' '.join(map(str, cmd))}\n{output}")
+    for sign in TEARDOWN_FAILURES:
+        assert sign not in output, f"teardown problem ({sign!r}) in: {' '.join(map(str, cmd))}\n{output}"
     return Result(proc.returncode, output, time.monotonic() - start)
 
 

@@ -43,7 +43,7 @@ def test_job_script_runs_under_bash_as_pbs_would(tmp_path, job_script):
     assert result.returncode == 0, result.output
     port = job_port("4242.pbs01")
     assert f"job 4242.pbs01: 1 node(s) [localhost] x 2 process(es); master localhost:{port}" in result.output
-    for text in EXPECTED_IN_JOB_OUTPUT[job_script.parent.name]:
+    for text in EXPECTED_IN_JOB_OUTPUT.get(job_script.parent.name, []):
         assert text in result.output, text
 
 

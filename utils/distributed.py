@@ -33,15 +33,18 @@ picks and broadcasts over MPI. Never a fixed 29500.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 DEFAULT_TIMEOUT_S = 120.0
 SINGLE_NODE_ADDR = "127.0.0.1"
@@ -414,10 +417,21 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
 
 
 def cleanup_distributed() -> None:
-    """Leave the process group (safe to call twice, or without a group)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    """Wait for every rank, then leave the process group (safe without a group).
+
+    Release the DDP model first (``del model``): DDP holds the process group, so while it
+    lives destroy_process_group() only forgets the group, and gloo tears it down later, at
+    exit, when other ranks may be gone: the process can then abort with "terminate called
+    without an active exception". A still-living DDP model is reported here.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    if any(isinstance(obj, DistributedDataParallel) for obj in gc.get_objects()):
+        print0("cleanup_distributed: WARNING: a DistributedDataParallel model is still alive; "
+               "`del` it before cleanup_distributed(): it holds the process group.", file=sys.stderr)
+    dist.barrier()  # no rank tears down its connections while another still uses them
+    dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------- printing

@@ -120,8 +120,12 @@ def main() -> None:
            f"samples/s first_loss={epoch_losses[0]:.4f} final_loss={epoch_losses[-1]:.4f}")
     # --8<-- [end:summary]
 
-    # 6. Leave the process group.
+    # --8<-- [start:cleanup]
+    # 6. Clean up. DDP holds the process group: release it first, so the group is torn
+    #    down now, while every rank is still here, not at exit.
+    del model
     cleanup_distributed()
+    # --8<-- [end:cleanup]
 
 
 if __name__ == "__main__":
