@@ -4,7 +4,8 @@ Each file starts with the command that made it (``$ torchrun ...``) followed by 
 command printed. The chapters include these files; test_site.py re-runs every command and
 checks that the output still matches, with wall-clock numbers masked.
 
-Regenerate them all after changing a script:  make outputs  (python tests/captured_outputs.py)
+Regenerate them after changing a script:  make outputs  (python tests/captured_outputs.py),
+or only some:  python tests/captured_outputs.py 02_   (files whose name starts with 02_)
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def masked(text: str) -> str:
 
 
 def main() -> None:
-    for path in sorted(OUTPUTS.glob("*.txt")):
+    prefixes = tuple(sys.argv[1:]) or ("",)
+    for path in sorted(p for p in OUTPUTS.glob("*.txt") if p.name.startswith(prefixes)):
         command, _ = read(path)
         print(f"$ {command}", flush=True)
         path.write_text(f"$ {command}\n{run_command(command)}\n")
