@@ -69,7 +69,8 @@ def test_dataloader_shards_pad_and_drop(nproc):
     summary = loader_summary(result)
     samples = 11
     per_rank_pad = -(-samples // nproc)  # ceil
-    assert summary["per_rank"] == str(per_rank_pad)
+    assert summary["padded_per_rank"] == str(per_rank_pad)
+    assert summary["drop_last_per_rank"] == str(samples // nproc)
     assert summary["padded"] == str(per_rank_pad * nproc - samples)
     assert summary["dropped"] == str(samples - (samples // nproc) * nproc)
     assert summary["reshuffled_each_epoch"] == "yes"

@@ -427,7 +427,8 @@ def cleanup_distributed() -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     gc.collect()
-    if any(isinstance(obj, DistributedDataParallel) for obj in gc.get_objects()):
+    # (compare MROs: isinstance() would run ABC checks that warn on deprecated torch objects)
+    if any(DistributedDataParallel in type(obj).__mro__ for obj in gc.get_objects()):
         print0("cleanup_distributed: WARNING: a DistributedDataParallel model is still alive; "
                "`del` it before cleanup_distributed(): it holds the process group.", file=sys.stderr)
     dist.barrier()  # no rank tears down its connections while another still uses them

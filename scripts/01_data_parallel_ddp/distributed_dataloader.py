@@ -97,8 +97,8 @@ def main() -> None:
     reshuffled = len(orders) > 1 and orders[0] != orders[1]
     (per_rank_pad, padded, _), (per_rank_drop, _, dropped) = outcome[False], outcome[True]
     print0(f"summary: world_size={ctx.world_size} samples={len(dataset)} "
-           f"drop_last=False: per_rank={per_rank_pad} padded={padded} | "
-           f"drop_last=True: per_rank={per_rank_drop} dropped={dropped} | "
+           f"padded_per_rank={per_rank_pad} padded={padded} "
+           f"drop_last_per_rank={per_rank_drop} dropped={dropped} "
            f"reshuffled_each_epoch={'yes' if reshuffled else 'no'}")
     cleanup_distributed()
 
