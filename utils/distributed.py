@@ -138,13 +138,13 @@ def detect_launcher(env: Mapping[str, str] | None = None) -> LaunchInfo:
     for launcher, rank_var, size_var, local_var, local_size_var in _LAUNCHER_TABLE:
         if not any(name in env for name in _TRIGGERS[launcher]):
             continue
+        if launcher == "slurm" and "SLURM_STEP_NUM_TASKS" in env:
+            size_var = "SLURM_STEP_NUM_TASKS"  # this srun step's tasks; SLURM_NTASKS is the job's
         required = (rank_var, size_var, local_var)
-        if launcher == "slurm":
-            size_var = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else size_var
-            required = (rank_var, size_var, local_var)
         missing = [name for name in required if name not in env]
         if missing:
-            present = ", ".join(f"{n}={env[n]}" for n in required if n in env)
+            seen = dict.fromkeys(n for n in (*required, *_TRIGGERS[launcher]) if n in env)
+            present = ", ".join(f"{n}={env[n]}" for n in seen)
             raise DistributedSetupError(
                 f"incomplete {launcher} environment: {present} is set but "
                 f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not. "
