@@ -32,6 +32,18 @@ def pbs_env(tmp_path: Path, job_id: str, *nodes: str) -> dict[str, str]:
 EXPECTED_IN_JOB_OUTPUT = {
     "01_data_parallel_ddp": ["variant=bad world_size=2", "work=2.00x", "variant=good world_size=2",
                              "work=1.00x", "reshuffled_each_epoch=yes"],
+    "02_collectives": ["checks_passed=8/8", "outcome=timeout",
+                       "the bad variant failed as expected (exit code 1)", "outcome=completed totals=8,4,8"],
+    "03_distributed_sampler": ["same_order_every_epoch=yes", "same_order_every_epoch=no",
+                               "evaluated=1002", "matches_reference=no", "matches_reference=yes"],
+    "04_logging_and_checkpoints": ["variant=bad world_size=2", "writes_per_rank=4,4", "plain_load=failed",
+                                   "writes_per_rank=4,0", "plain_load=ok", "rng_restored=yes"],
+    "05_gradient_accumulation": ["variant=bad world_size=2", "allreduces_per_step=4",
+                                 "variant=good world_size=2", "allreduces_per_step=1", "grads_equal=yes",
+                                 "bad_allreduces_per_step=4 good_allreduces_per_step=1"],
+    "06_mixed_precision": ["variant=bad precision=fp16 world_size=2", "zero_grads=100.0%",
+                           "variant=good precision=fp16 world_size=2", "scale=65536", "precision=bf16",
+                           "fp16_ratio=0.50", "bf16_ratio=0.50"],
 }
 
 

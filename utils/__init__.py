@@ -1,1 +1,2 @@
-"""Shared plumbing for the chapter scripts: launchers, flags, data, timing."""
+"""Shared plumbing for the chapter scripts: launchers (distributed), flags (cli), data,
+timing, rank-aware logging (logging_utils) and checkpoints (checkpoint)."""

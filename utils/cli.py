@@ -33,15 +33,16 @@ def make_parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def add_training_args(
-    parser: argparse.ArgumentParser, *, epochs: int = 3, batch_size: int = 32,
+    parser: argparse.ArgumentParser, *, epochs: int | None = 3, batch_size: int = 32,
     lr: float | None = 0.05,
 ) -> argparse.ArgumentParser:
-    """Add --epochs, --batch-size (per rank) and --lr (unless lr=None), with a script's
-    own defaults."""
-    parser.add_argument("--epochs", type=int, default=epochs, help="epochs (default: %(default)s)")
+    """Add --epochs (unless epochs=None), --batch-size (per rank) and --lr (unless
+    lr=None), with a script's own defaults."""
+    if epochs is not None:
+        parser.add_argument("--epochs", type=int, default=epochs, help="epochs (default: %(default)s)")
     parser.add_argument(
         "--batch-size", type=int, default=batch_size,
-        help="samples per step on each rank (default: %(default)s)",
+        help="samples per forward/backward pass on each rank (default: %(default)s)",
     )
     if lr is not None:
         parser.add_argument("--lr", type=float, default=lr, help="learning rate (default: %(default)s)")

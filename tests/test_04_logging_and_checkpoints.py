@@ -1,0 +1,202 @@
+"""Chapter 04: rank-0 logging, checkpoints of a DDP model, exact resume; bad versus good."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+import torch
+from conftest import mpiexec, python, torchrun
+from torch import nn
+
+from utils.checkpoint import atomic_torch_save, strip_prefixes, unwrap_model
+from utils.logging_utils import get_logger
+
+SCRIPT = "04_logging_and_checkpoints/train_with_checkpoints.py"
+EPOCHS = 4  # the script's default
+
+
+def train(launch, tmp_path, *args: str):
+    """Run the script with its checkpoints in tmp_path; return (result, summary)."""
+    result = launch(SCRIPT, "--checkpoint-dir", str(tmp_path), *args)
+    assert result.returncode == 0, result.output
+    return result, result.summary()
+
+
+def plain_model() -> nn.Module:
+    """The script's model, built here as an inference script would: no DDP."""
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 4))
+
+
+def losses(summary: dict[str, str]) -> list[str]:
+    return summary["losses"].split(",")
+
+
+def epoch_lines(output: str, epoch: int, epochs: int = EPOCHS) -> list[str]:
+    return [ln for ln in output.splitlines() if f"epoch {epoch}/{epochs}  loss" in ln]
+
+
+# Runs that several tests read (each launch costs seconds on a loaded 2-core machine).
+@pytest.fixture(scope="module")
+def good_2(tmp_path_factory):
+    path = tmp_path_factory.mktemp("good_2")
+    return (*train(lambda *a: torchrun(2, *a), path), path)
+
+
+@pytest.fixture(scope="module")
+def bad_2(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bad_2")
+    return (*train(lambda *a: torchrun(2, *a), path, "--variant", "bad"), path)
+
+
+@pytest.fixture(scope="module")
+def single_good(tmp_path_factory):
+    path = tmp_path_factory.mktemp("single")
+    return train(python, path)
+
+
+# --------------------------------------------------------------------------- logging
+def test_single_process_logs_saves_and_loads(single_good):
+    result, summary = single_good
+    assert summary["world_size"] == "1" and summary["launcher"] == "none"
+    assert summary["writes_per_rank"] == str(EPOCHS)
+    assert summary["plain_load"] == "ok"
+    assert len(losses(summary)) == EPOCHS and float(losses(summary)[-1]) < float(losses(summary)[0])
+    assert all(len(epoch_lines(result.output, e)) == 1 for e in range(1, EPOCHS + 1))
+
+
+def test_bad_every_rank_logs_every_line(bad_2):
+    result, summary, _ = bad_2
+    for epoch in range(1, EPOCHS + 1):
+        lines = sorted(epoch_lines(result.output, epoch))
+        assert [ln.split("]")[0] for ln in lines] == ["[rank 0", "[rank 1"], result.output
+    assert result.count("] saved checkpoint_bad.pt after epoch") == 2 * EPOCHS
+    assert result.count("summary:") == 1  # the summary is rank 0's, in both variants
+
+
+def test_good_only_rank_0_logs(good_2):
+    result, summary, _ = good_2
+    for epoch in range(1, EPOCHS + 1):
+        assert epoch_lines(result.output, epoch) == [epoch_lines(result.output, epoch)[0]]
+        assert not epoch_lines(result.output, epoch)[0].startswith("[rank")
+    assert result.count("saved checkpoint_good.pt after epoch") == EPOCHS
+    assert "[rank" not in result.output
+
+
+def test_bad_with_four_ranks_prints_four_copies(tmp_path):
+    result, summary = train(lambda *a: torchrun(4, *a), tmp_path, "--variant", "bad", "--epochs", "1")
+    lines = epoch_lines(result.output, 1, epochs=1)
+    assert sorted(ln.split("]")[0] for ln in lines) == [f"[rank {r}" for r in range(4)]
+    assert summary["writes_per_rank"] == "1,1,1,1"
+
+
+def test_logger_filters_by_rank_and_prefixes_on_request(monkeypatch):
+    """get_logger() reads the rank from the launcher's variables before any process group."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    quiet, loud = io.StringIO(), io.StringIO()
+    get_logger("test04.quiet", stream=quiet).info("hello")
+    get_logger("test04.loud", all_ranks=True, stream=loud).info("hello")
+    assert quiet.getvalue() == "" and loud.getvalue() == "[rank 1] hello\n"
+    monkeypatch.setenv("RANK", "0")
+    logger = get_logger("test04.quiet", stream=quiet)  # again: reconfigured, not a second handler
+    logger.info("once")
+    assert quiet.getvalue() == "once\n"
+    assert len(logger.handlers) == 1 and not logger.propagate
+    assert logging.getLogger("test04.quiet") is logger
+
+
+# --------------------------------------------------------------------------- checkpoints
+def test_bad_saves_module_keys_and_a_plain_model_cannot_load_them(bad_2):
+    result, summary, path = bad_2
+    assert summary["writes_per_rank"] == f"{EPOCHS},{EPOCHS}"  # both ranks wrote the one file
+    assert summary["plain_load"] == "failed"
+    # PyTorch's own message, as the script printed it ...
+    assert 'Missing key(s) in state_dict: "0.weight", "0.bias", "3.weight", "3.bias".' in result.output
+    assert 'Unexpected key(s) in state_dict: "module.0.weight"' in result.output
+    # ... and the same failure here, in a process with no DDP at all.
+    saved = torch.load(path / "checkpoint_bad.pt", map_location="cpu", weights_only=True)
+    assert all(key.startswith("module.") for key in saved["model"])
+    with pytest.raises(RuntimeError, match=r'Unexpected key\(s\) in state_dict: "module\.0\.weight"'):
+        plain_model().load_state_dict(saved["model"])
+    plain_model().load_state_dict(strip_prefixes(saved["model"]))  # the repair for old files
+
+
+def test_good_saves_clean_keys_once_atomically(good_2):
+    result, summary, path = good_2
+    assert summary["writes_per_rank"] == f"{EPOCHS},0"  # rank 0 alone wrote
+    assert summary["plain_load"] == "ok"
+    assert "its outputs equal the trained model's" in result.output
+    assert sorted(p.name for p in path.iterdir()) == ["checkpoint_good.pt"]  # no temp file left
+    saved = torch.load(path / "checkpoint_good.pt", map_location="cpu", weights_only=True)
+    plain_model().load_state_dict(saved["model"])  # clean keys: loads as it is
+    assert saved["epoch"] == EPOCHS and saved["world_size"] == 2
+    assert len(saved["rng"]) == 2 and not torch.equal(saved["rng"][0]["torch"], saved["rng"][1]["torch"])
+
+
+class FailsMidSave:
+    """An object whose pickling fails, as a full disk would, halfway through a save."""
+
+    def __reduce__(self):
+        raise OSError("No space left on device (simulated)")
+
+
+def test_atomic_save_keeps_the_old_file_when_a_save_fails(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    atomic_torch_save({"epoch": 1}, path)
+    with pytest.raises(OSError, match="simulated"):
+        atomic_torch_save({"epoch": 2, "weights": torch.ones(1000), "tail": FailsMidSave()}, path)
+    assert torch.load(path, weights_only=True) == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_unwrap_and_strip_prefixes():
+    model = plain_model()
+    assert unwrap_model(model) is model
+    wrapped = {f"module._orig_mod.{k}": v for k, v in model.state_dict().items()}
+    assert list(strip_prefixes(wrapped)) == list(model.state_dict())
+
+
+# --------------------------------------------------------------------------- resume
+def test_good_resume_reproduces_the_uninterrupted_run(tmp_path, good_2):
+    _, straight, _ = good_2
+    # --resume on every launch, as a job that may be restarted would: the first starts fresh.
+    result, first = train(lambda *a: torchrun(2, *a), tmp_path, "--resume", "--stop-after-epoch", "2")
+    assert "no checkpoint_good.pt in the checkpoint directory yet" in result.output
+    assert first["start_epoch"] == "0" and first["epochs_done"] == "2"
+    result, resumed = train(lambda *a: torchrun(2, *a), tmp_path, "--resume")
+    assert resumed["start_epoch"] == "2" and resumed["epochs_done"] == str(EPOCHS)
+    assert resumed["rng_restored"] == "yes"
+    assert "resumed from checkpoint_good.pt: 2 epoch(s) done" in result.output
+    assert losses(first) + losses(resumed) == losses(straight)
+
+
+def test_bad_resume_does_not(tmp_path, single_good):
+    """Without the RNG states the dropout masks after the resume are new ones: the loss
+    sequence departs from the uninterrupted run's (one process suffices to show it)."""
+    _, straight = single_good
+    _, first = train(python, tmp_path, "--variant", "bad", "--stop-after-epoch", "2")
+    _, resumed = train(python, tmp_path, "--variant", "bad", "--resume")
+    assert losses(first) == losses(straight)[:2]  # same training until the interruption
+    assert resumed["start_epoch"] == "2" and resumed["rng_restored"] == "no"
+    assert losses(resumed) != losses(straight)[2:]
+
+
+def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2):
+    """Stopped and resumed under MPICH: the same losses as the uninterrupted torchrun run."""
+    _, straight, _ = good_2
+    _, first = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--stop-after-epoch", "2")
+    _, resumed = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--resume")
+    assert first["launcher"] == "mpich" and resumed["rng_restored"] == "yes"
+    assert losses(first) + losses(resumed) == losses(straight)
+
+
+def test_help_shows_the_launch_commands():
+    result = python(SCRIPT, "--help")
+    assert result.returncode == 0
+    assert "torchrun --standalone --nproc_per_node=2" in result.output
+    for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout", "--variant",
+                 "--checkpoint-dir", "--resume", "--stop-after-epoch"):
+        assert flag in result.output

@@ -1,0 +1,110 @@
+"""Chapter 05: gradient accumulation; without no_sync() K all-reduces per step, with it one,
+and the accumulated gradient equals the large batch's either way."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import mpiexec, python, torchrun
+
+ACCUMULATE = "05_gradient_accumulation/grad_accumulation.py"
+TIMING = "05_gradient_accumulation/time_no_sync.py"
+NUM_SAMPLES, BATCH_SIZE, EPOCHS = 2048, 16, 2  # the main script's defaults
+GRAD_TOLERANCE = 1e-6
+
+
+def expected_steps(world_size: int, accumulation_steps: int) -> int:
+    micro_batches_per_rank = (NUM_SAMPLES // world_size) // BATCH_SIZE
+    return (micro_batches_per_rank // accumulation_steps) * EPOCHS
+
+
+def epoch_losses(output: str) -> list[float]:
+    return [float(x) for x in re.findall(r"^epoch \d+/\d+ .* loss (\S+)$", output, flags=re.M)]
+
+
+def assert_accumulated(result, *, world_size: int, accumulation_steps: int, launcher: str,
+                       allreduces_per_step: int) -> dict[str, str]:
+    """Exit 0, one summary line (rank 0 alone printed), the effective batch, the exact
+    all-reduce count, and a gradient equal to the large batch's."""
+    assert result.returncode == 0, result.output
+    assert result.count("summary:") == 1, "a line printed by more than rank 0"
+    summary = result.summary()
+    assert summary["world_size"] == str(world_size)
+    assert summary["launcher"] == launcher
+    assert summary["effective_batch"] == str(BATCH_SIZE * accumulation_steps * world_size)
+    assert summary["buckets"] == "1", "the model is meant to fit into one DDP bucket"
+    steps = expected_steps(world_size, accumulation_steps)
+    assert summary["allreduces"] == str(steps * allreduces_per_step), summary
+    assert summary["allreduces_per_step"] == str(allreduces_per_step)
+    assert float(summary["grad_max_abs_diff"]) <= GRAD_TOLERANCE, summary
+    assert summary["grads_equal"] == "yes"
+    losses = epoch_losses(result.output)
+    assert len(losses) == EPOCHS and losses[-1] < losses[0], result.output
+    return summary
+
+
+@pytest.mark.parametrize("variant, allreduces_per_step", [("good", 1), ("bad", 4)])
+def test_single_process_still_calls_the_hook(variant, allreduces_per_step):
+    result = python(ACCUMULATE, "--variant", variant)
+    assert_accumulated(result, world_size=1, accumulation_steps=4, launcher="none",
+                       allreduces_per_step=allreduces_per_step)
+    assert "one process: DDP still calls the hook" in result.output
+
+
+def test_pitfall_without_no_sync_all_reduces_every_micro_batch():
+    k = 4
+    bad = torchrun(2, ACCUMULATE, "--variant", "bad", "--accumulation-steps", str(k))
+    good = torchrun(2, ACCUMULATE, "--variant", "good", "--accumulation-steps", str(k))
+    bad_summary = assert_accumulated(bad, world_size=2, accumulation_steps=k, launcher="torchrun",
+                                     allreduces_per_step=k)
+    good_summary = assert_accumulated(good, world_size=2, accumulation_steps=k, launcher="torchrun",
+                                      allreduces_per_step=1)
+    # bad: exactly K times the all-reduces and K times the bytes of good ...
+    assert int(bad_summary["allreduces"]) == k * int(good_summary["allreduces"])
+    assert int(bad_summary["allreduce_bytes_per_step"]) == k * int(good_summary["allreduce_bytes_per_step"])
+    assert "WARNING: 4 all-reduces per optimizer step where 1 would do" in bad.output
+    assert "WARNING" not in good.output
+    # ... for the same training: same gradients, so the same losses.
+    assert epoch_losses(bad.output) == pytest.approx(epoch_losses(good.output), abs=1e-3)
+
+
+def test_four_ranks_with_a_partial_last_window():
+    """K=3 does not divide the 32 micro-batches per rank: the last 2 are skipped."""
+    result = torchrun(4, ACCUMULATE, "--variant", "bad", "--accumulation-steps", "3")
+    assert_accumulated(result, world_size=4, accumulation_steps=3, launcher="torchrun",
+                       allreduces_per_step=3)
+
+
+def test_mpich():
+    result = mpiexec("mpich", 2, ACCUMULATE, "--variant", "good")
+    assert_accumulated(result, world_size=2, accumulation_steps=4, launcher="mpich",
+                       allreduces_per_step=1)
+
+
+@pytest.mark.parametrize("launch", ["torchrun", "openmpi"])
+def test_timing_counts_both_ways_in_one_run(launch):
+    if launch == "torchrun":
+        result = torchrun(2, TIMING, "--accumulation-steps", "2", "--epochs", "1")
+    else:
+        result = mpiexec("openmpi", 2, TIMING, "--accumulation-steps", "2", "--epochs", "1")
+    assert result.returncode == 0, result.output
+    assert result.count("summary:") == 1
+    summary = result.summary()
+    assert summary["launcher"] == launch
+    assert summary["bad_allreduces_per_step"] == "2"
+    assert summary["good_allreduces_per_step"] == "1"
+    # 1024 samples per rank / 16 = 64 micro-batches = 32 steps in the one epoch, alternating
+    assert summary["steps_each"] == "16"
+    # Times are printed, not compared: two loaded CPU cores make any ratio unreliable.
+    for key in ("bad_step_time", "good_step_time"):
+        assert float(summary[key].removesuffix("s")) > 0
+
+
+def test_help_shows_the_launch_commands():
+    result = python(ACCUMULATE, "--help")
+    assert result.returncode == 0
+    assert "torchrun --standalone --nproc_per_node=4" in result.output
+    for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout", "--variant",
+                 "--accumulation-steps"):
+        assert flag in result.output

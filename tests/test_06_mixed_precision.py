@@ -1,0 +1,129 @@
+"""Chapter 06: fp16 gradients underflow without a GradScaler; compressed all-reduce halves the bytes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import mpiexec, python, torchrun
+
+AMP = "06_mixed_precision/amp_grad_scaler.py"
+COMPRESS = "06_mixed_precision/compressed_gradients.py"
+
+
+def summary_of(result) -> dict[str, str]:
+    """The summary of a clean run whose summary line rank 0 alone printed."""
+    assert result.returncode == 0, result.output
+    assert result.count("summary:") == 1, "a line printed by more than rank 0"
+    return result.summary()
+
+
+def percent(value: str) -> float:
+    assert value.endswith("%"), value
+    return float(value[:-1])
+
+
+def test_pitfall_fp16_without_grad_scaler_underflows_and_stalls():
+    bad_run = torchrun(2, AMP, "--precision", "fp16", "--variant", "bad")
+    bad = summary_of(bad_run)
+    good_run = torchrun(2, AMP, "--precision", "fp16", "--variant", "good")
+    good = summary_of(good_run)
+    for summary in (bad, good):
+        assert summary["world_size"] == "2" and summary["launcher"] == "torchrun", summary
+    # bad: every gradient element is exactly zero, so the weights never change and the
+    # loss of the last epoch equals the first, digit for digit.
+    assert bad["zero_grads"] == "100.0%", bad
+    assert bad["final_loss"] == bad["first_loss"], bad
+    assert bad["scale"] == "none"
+    assert "WARNING: 100.0% of the gradient elements were exactly zero" in bad_run.output
+    assert "dtypes: parameters fp32, logits fp16, loss fp32, gradients fp32" in bad_run.output
+    assert "step 1: largest gradient of the logits 0 (" in bad_run.output
+    # good: the scaled backward pass keeps the gradients, and the model learns.
+    assert percent(good["zero_grads"]) < 1.0, good
+    assert float(good["final_loss"]) < float(good["first_loss"]) - 0.5, good
+    assert good["scale"] == "65536" and good["skipped_steps"] == "0", good
+    assert "WARNING" not in good_run.output
+    assert "largest gradient of the logits 0 (" not in good_run.output
+
+
+def test_grad_scaler_and_bf16_train_like_fp32():
+    """The same run in fp32, in fp16 with a scaler, and in bf16 with no scaler at all
+    (--variant bad: plain backward) ends at the same loss."""
+    fp32_result = python(AMP, "--precision", "fp32")
+    fp32 = summary_of(fp32_result)
+    fp16_scaled = summary_of(python(AMP, "--precision", "fp16", "--variant", "good"))
+    bf16_result = python(AMP, "--precision", "bf16", "--variant", "bad")
+    bf16 = summary_of(bf16_result)
+    assert float(fp32["final_loss"]) < float(fp32["first_loss"]) - 0.3, fp32
+    assert percent(fp32["zero_grads"]) == 0.0
+    for summary in (fp16_scaled, bf16):
+        assert abs(float(summary["final_loss"]) - float(fp32["final_loss"])) < 0.01, (summary, fp32)
+        assert percent(summary["zero_grads"]) < 1.0, summary
+    assert bf16["scale"] == "none" and "WARNING" not in bf16_result.output
+    assert "logits bf16" in bf16_result.output
+    # In fp32 the gradients are below fp16's smallest number: that is why fp16 loses them.
+    largest = re.search(r"largest gradient of the logits (\S+) ", fp32_result.output)
+    assert largest and 0 < float(largest.group(1)) < 2.0**-24, fp32_result.output
+
+
+def test_large_gradients_survive_fp16_without_a_scaler():
+    """The cause is the size of the gradients: at --loss-weight 1 plain fp16 learns."""
+    summary = summary_of(python(AMP, "--precision", "fp16", "--variant", "bad", "--loss-weight", "1"))
+    assert percent(summary["zero_grads"]) < 1.0, summary
+    assert float(summary["final_loss"]) < float(summary["first_loss"]) - 0.3, summary
+
+
+def test_amp_under_open_mpi():
+    summary = summary_of(mpiexec("openmpi", 2, AMP, "--variant", "bad", "--epochs", "2"))
+    assert summary["launcher"] == "openmpi" and summary["world_size"] == "2"
+    assert summary["zero_grads"] == "100.0%" and summary["final_loss"] == summary["first_loss"]
+
+
+def assert_bytes_halved(summary: dict[str, str]) -> None:
+    """fp16 and bf16 hooks all-reduce exactly half the bytes of fp32: 2 bytes per element."""
+    params = int(summary["params"])
+    assert int(summary["none_bytes"]) == 4 * params, summary
+    assert int(summary["fp16_bytes"]) == 2 * params, summary
+    assert int(summary["bf16_bytes"]) == 2 * params, summary
+    assert summary["fp16_ratio"] == summary["bf16_ratio"] == "0.50"
+
+
+def test_compression_hooks_halve_the_bytes_all_reduced_and_sent():
+    result = torchrun(2, COMPRESS)
+    summary = summary_of(result)
+    assert summary["world_size"] == "2"
+    assert_bytes_halved(summary)
+    # What the processes really wrote to their sockets (gloo, Linux) halves too.
+    assert summary["none_wire_ratio"] == "1.00"
+    for hook in ("fp16", "bf16"):
+        assert 0.45 < float(summary[f"{hook}_wire_ratio"]) < 0.55, summary
+        # ... and training is unchanged: gradients of ordinary size survive the cast.
+        assert abs(float(summary[f"{hook}_loss"]) - float(summary["none_loss"])) < 0.01, summary
+        assert percent(summary[f"{hook}_zero_grads"]) < 5.0, summary
+
+
+@pytest.mark.parametrize("mpi", ["mpich"])
+def test_fp16_compression_loses_tiny_gradients_bf16_keeps_them(mpi):
+    summary = summary_of(mpiexec(mpi, 4, COMPRESS, "--loss-weight", "1e-6"))
+    assert summary["world_size"] == "4" and summary["launcher"] == mpi
+    assert_bytes_halved(summary)
+    assert summary["fp16_zero_grads"] == "100.0%", summary
+    assert percent(summary["bf16_zero_grads"]) < 5.0, summary
+    assert percent(summary["none_zero_grads"]) < 5.0, summary
+
+
+def test_compression_as_one_process_has_nothing_on_the_wire():
+    summary = summary_of(python(COMPRESS, "--hooks", "none", "bf16"))
+    assert summary["launcher"] == "none"
+    assert int(summary["bf16_bytes"]) * 2 == int(summary["none_bytes"]) == 4 * int(summary["params"])
+    assert summary["bf16_wire_ratio"] == "n/a"  # a world of one sends nothing
+
+
+def test_help_shows_the_launch_commands():
+    for path, own_flags in ((AMP, ("--variant", "--precision")), (COMPRESS, ("--hooks", "--width"))):
+        result = python(path, "--help")
+        assert result.returncode == 0, result.output
+        assert "torchrun --standalone --nproc_per_node=2" in result.output
+        for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout",
+                     "--loss-weight", *own_flags):
+            assert flag in result.output, (path, flag)
