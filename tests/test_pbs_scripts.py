@@ -59,6 +59,14 @@ def test_job_script_runs_under_bash_as_pbs_would(tmp_path, job_script):
         assert text in result.output, text
 
 
+def test_job_submitted_from_elsewhere_says_where_to_submit_from(tmp_path):
+    env = pbs_env(tmp_path, "9.pbs", "localhost")
+    env["PBS_O_WORKDIR"] = str(tmp_path)  # qsub run outside the repository
+    result = run(["bash", JOB_SCRIPTS[0]], env=env, cwd=tmp_path, timeout=30)
+    assert result.returncode == 1
+    assert "submit from the repository root, or set REPO_DIR to it" in result.output
+
+
 @pytest.mark.parametrize("job_id", ["1234.pbs01", "98765.sdb", "12[3].pbs", "7"])
 def test_shell_and_python_derive_the_same_port(tmp_path, job_id):
     env = pbs_env(tmp_path, job_id, "localhost")

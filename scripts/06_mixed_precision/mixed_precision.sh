@@ -17,13 +17,9 @@
 # Parameters (processes per node, virtual environment, modules): scripts/pbs_common.sh.
 set -euo pipefail
 
-REPO_DIR="${REPO_DIR:-${PBS_O_WORKDIR:-$(pwd)}}"
-if [[ ! -f "$REPO_DIR/scripts/pbs_common.sh" ]]; then
-    echo "run qsub from the repository root, or set REPO_DIR (now: $REPO_DIR)" >&2
-    exit 1
-fi
 # shellcheck source=scripts/pbs_common.sh
-source "$REPO_DIR/scripts/pbs_common.sh"
+source "${REPO_DIR:-${PBS_O_WORKDIR:-$PWD}}/scripts/pbs_common.sh" \
+    || { echo "submit from the repository root, or set REPO_DIR to it" >&2; exit 1; }
 
 launch_torchrun scripts/06_mixed_precision/amp_grad_scaler.py --precision fp16 --variant bad
 launch_torchrun scripts/06_mixed_precision/amp_grad_scaler.py --precision fp16 --variant good
