@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
@@ -35,9 +35,8 @@ def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
     parser.add_argument("--num-samples", type=int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--variant", choices=["good", "bad"], default="good",
-                        help="good: DistributedSampler shards the data; bad: every rank "
-                        "trains on all of it (default: %(default)s)")
+    add_variant_arg(parser, bad="every rank trains on all of it",
+                    good="DistributedSampler shards the data")
     return parser.parse_args()
 
 

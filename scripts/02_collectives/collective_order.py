@@ -22,7 +22,6 @@ so that the hang ends in seconds, and to $DDP_TIMEOUT or 120 s with --variant go
 """
 
 import datetime
-import os
 import re
 import sys
 import time
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 import torch
 import torch.distributed as dist
 
-from utils.cli import make_parser
+from utils.cli import add_variant_arg, make_parser
 from utils.distributed import (
     DEFAULT_TIMEOUT_S,
     DistributedContext,
@@ -48,16 +47,10 @@ STEPS, EMPTY_STEP, SAMPLES_PER_STEP = 3, 2, 4
 
 def parse_args():
     parser = make_parser(__doc__)
-    parser.add_argument("--variant", choices=["good", "bad"], default="good",
-                        help="good: every rank calls every all_reduce; bad: a rank with nothing "
-                        "to add skips one (default: %(default)s)")
-    parser.set_defaults(timeout=None)  # chosen below, by variant (see the docstring)
-    args = parser.parse_args()
-    if args.timeout is None and args.variant == "bad":
-        args.timeout = BAD_VARIANT_TIMEOUT_S
-    elif args.timeout is None:
-        args.timeout = float(os.environ.get("DDP_TIMEOUT", DEFAULT_TIMEOUT_S))
-    return args
+    add_variant_arg(parser, bad="a rank with nothing to add skips one",
+                    good="every rank calls every all_reduce",
+                    bad_timeout_s=BAD_VARIANT_TIMEOUT_S)
+    return parser.parse_args()
 
 
 def samples_at(step: int, rank: int, world_size: int) -> int:

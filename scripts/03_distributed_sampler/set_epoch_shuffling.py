@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 SHOWN_INDICES = 4  # how many of each rank's first indices an epoch line shows
@@ -34,9 +34,8 @@ def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=8, lr=None)
     parser.add_argument("--num-samples", type=int, default=64,
                         help="data set size (default: %(default)s)")
-    parser.add_argument("--variant", choices=["good", "bad"], default="good",
-                        help="good: set_epoch(epoch) before each epoch; bad: never "
-                        "(default: %(default)s)")
+    add_variant_arg(parser, bad="never calls set_epoch",
+                    good="set_epoch(epoch) before each epoch")
     return parser.parse_args()
 
 

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from utils.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.logging_utils import get_logger
@@ -50,9 +50,8 @@ def parse_args():
     parser.add_argument("--stop-after-epoch", type=int, default=None, metavar="K",
                         help="stop after epoch K, as if the job had been killed there "
                         "(default: run all --epochs)")
-    parser.add_argument("--variant", choices=["good", "bad"], default="good",
-                        help="good: rank 0 logs and saves model.module atomically, exact resume; "
-                        "bad: every rank prints and saves the wrapper (default: %(default)s)")
+    add_variant_arg(parser, bad="every rank prints and saves the wrapper",
+                    good="rank 0 logs and saves model.module atomically, exact resume")
     return parser.parse_args()
 
 

@@ -24,7 +24,6 @@ K times the bytes for every optimizer step. time_no_sync.py measures what that c
 import contextlib
 import copy
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
@@ -32,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
@@ -49,9 +48,8 @@ def parse_args():
                         help="micro-batches per optimizer step (default: %(default)s)")
     parser.add_argument("--num-samples", type=int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--variant", choices=["good", "bad"], default="good",
-                        help="good: no_sync() on all but the last micro-batch; bad: every "
-                        "micro-batch all-reduces (default: %(default)s)")
+    add_variant_arg(parser, bad="every micro-batch all-reduces",
+                    good="no_sync() on all but the last micro-batch")
     args = parser.parse_args()
     if args.accumulation_steps < 1:
         parser.error("--accumulation-steps must be at least 1")
@@ -63,26 +61,6 @@ def build_model() -> nn.Module:
     # (1 MiB), so every gradient travels in one bucket and one backward = one all-reduce.
     return nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                          nn.Linear(256, 4))
-
-
-# --8<-- [start:hook]
-@dataclass
-class AllReduceCounter:
-    """What DDP sent: all-reduce calls, bytes, and which buckets."""
-
-    calls: int = 0
-    bytes: int = 0
-    buckets: set[int] = field(default_factory=set)
-
-
-def counting_allreduce_hook(counter: AllReduceCounter, bucket: dist.GradBucket):
-    """A DDP communication hook: count the bucket, then do DDP's normal all-reduce
-    (average the bucket's gradients over the ranks)."""
-    counter.calls += 1
-    counter.bytes += bucket.buffer().numel() * bucket.buffer().element_size()
-    counter.buckets.add(bucket.index())
-    return default_hooks.allreduce_hook(None, bucket)  # None: the default process group
-# --8<-- [end:hook]
 
 
 # --8<-- [start:bad_accumulate]

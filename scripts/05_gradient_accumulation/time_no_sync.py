@@ -20,18 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 
 import torch
 import torch.distributed as dist
-from grad_accumulation import (
-    AllReduceCounter,
-    accumulate_bad,
-    accumulate_good,
-    build_model,
-    counting_allreduce_hook,
-)
+from grad_accumulation import accumulate_bad, accumulate_good, build_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from utils.cli import add_training_args, make_parser
+from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock

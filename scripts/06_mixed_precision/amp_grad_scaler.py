@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
@@ -45,9 +45,8 @@ def parse_args():
                         help="size of the synthetic data set (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16",
                         help="autocast dtype; fp32 turns autocast off (default: %(default)s)")
-    parser.add_argument("--variant", choices=["good", "bad"], default="good",
-                        help="good: a GradScaler for fp16; bad: plain backward() and step() "
-                        "(default: %(default)s)")
+    add_variant_arg(parser, bad="plain backward() and step()",
+                    good="a GradScaler for fp16")
     parser.add_argument("--loss-weight", type=float, default=1e-6,
                         help="the loss is multiplied by this and the learning rate divided by it: "
                         "the same training in fp32, gradients this many times smaller; "

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from utils.cli import add_training_args, make_parser
+from utils.comm import AllReduceCounter, bytes_written_by_this_process, counting_allreduce_hook
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
@@ -53,14 +54,6 @@ def parse_args():
 
 
 # --8<-- [start:hooks]
-def counting_allreduce_hook(counter: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """PyTorch's allreduce_hook, after counting the bytes of the tensor it all-reduces."""
-    tensor = bucket.buffer()  # fp32, or fp16/bf16 when a compress wrapper cast it first
-    counter["bytes"] += tensor.numel() * tensor.element_size()
-    counter["all_reduces"] += 1
-    return default_hooks.allreduce_hook(None, bucket)
-
-
 # fp16_compress_hook is exactly fp16_compress_wrapper(allreduce_hook) (PyTorch's docs say
 # so); wrapping the counting hook instead lets us see the tensor that is all-reduced.
 HOOKS = {
@@ -69,20 +62,6 @@ HOOKS = {
     "bf16": default_hooks.bf16_compress_wrapper(counting_allreduce_hook),
 }
 # --8<-- [end:hooks]
-
-
-def bytes_written_by_this_process() -> int | None:
-    """Bytes this process has written to files and sockets (Linux: /proc/self/io), or None.
-
-    gloo sends over TCP sockets, so the growth of this number during training is the
-    traffic the all-reduces put on the wire. NCCL moves GPU memory without it.
-    """
-    try:
-        with open("/proc/self/io", encoding="ascii") as handle:
-            fields = dict(line.split(": ") for line in handle.read().splitlines() if ": " in line)
-        return int(fields["wchar"])
-    except (OSError, KeyError, ValueError):
-        return None
 
 
 def train_with_hook(hook_name: str, ctx, args, dataset) -> dict:
@@ -98,7 +77,7 @@ def train_with_hook(hook_name: str, ctx, args, dataset) -> dict:
     model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     # --8<-- [start:register]
     # 3. Register the hook once, after wrapping and before the first backward().
-    counter = {"bytes": 0, "all_reduces": 0}
+    counter = AllReduceCounter()
     model.register_comm_hook(counter, HOOKS[hook_name])  # the state is the hook's 1st argument
     # --8<-- [end:register]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr / args.loss_weight, momentum=0.9)
@@ -132,8 +111,8 @@ def train_with_hook(hook_name: str, ctx, args, dataset) -> dict:
     wire = None
     if written_before is not None and written_after is not None:
         wire = (written_after - written_before) / steps
-    return {"hook": hook_name, "params": num_params, "bytes": counter["bytes"] / steps,
-            "all_reduces": counter["all_reduces"] / steps, "wire": wire,
+    return {"hook": hook_name, "params": num_params, "bytes": counter.bytes / steps,
+            "all_reduces": counter.calls / steps, "wire": wire,
             "step_s": seconds / steps, "zero": 100 * zero_elements / all_elements,
             "loss": (totals[0] / totals[1]).item()}
 
