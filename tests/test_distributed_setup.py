@@ -188,3 +188,11 @@ def test_port_already_in_use():
 def test_nccl_without_gpus_says_what_to_use():
     result = python(BASIC, "--backend", "nccl")
     assert_clear_error(result, "use --backend gloo")
+
+
+def test_srun_with_pmi2_is_a_slurm_launch_not_an_incomplete_mpich_one():
+    # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE (no MPI_LOCALRANKID) beside Slurm's variables.
+    info = detect_launcher({"PMI_RANK": "1", "PMI_SIZE": "2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+                            "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "2",
+                            "SLURM_STEP_NUM_NODES": "1"})
+    assert (info.launcher, info.rank, info.world_size) == ("slurm", 1, 2)

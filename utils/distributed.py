@@ -50,6 +50,7 @@ DEFAULT_TIMEOUT_S = 120.0
 SINGLE_NODE_ADDR = "127.0.0.1"
 JOB_PORT_BASE, JOB_PORT_SPAN = 15000, 17000  # 15000-31999: below Linux's ephemeral range
 JOB_ID_VARIABLES = ("PBS_JOBID", "SLURM_JOB_ID", "LSB_JOBID", "COBALT_JOBID")
+_JOB_KEY = "setup_distributed/job_id"  # rank 0's job id, in the rendezvous store
 MPI_LAUNCHERS = ("openmpi", "pals", "mpich", "mpi4py")
 
 
@@ -138,6 +139,8 @@ def detect_launcher(env: Mapping[str, str] | None = None) -> LaunchInfo:
     for launcher, rank_var, size_var, local_var, local_size_var in _LAUNCHER_TABLE:
         if not any(name in env for name in _TRIGGERS[launcher]):
             continue
+        if launcher == "mpich" and "MPI_LOCALRANKID" not in env and "SLURM_STEP_ID" in env:
+            continue  # srun --mpi=pmi2 sets PMI_RANK and PMI_SIZE too: a Slurm launch
         if launcher == "slurm" and "SLURM_STEP_NUM_TASKS" in env:
             size_var = "SLURM_STEP_NUM_TASKS"  # this srun step's tasks; SLURM_NTASKS is the job's
         required = (rank_var, size_var, local_var)
@@ -358,7 +361,7 @@ def _connect_store(info: LaunchInfo, addr: str, port: int, timeout: datetime.tim
     if info.rank != 0:
         _wait_for_master(info, addr, port, timeout)
     try:
-        return dist.TCPStore(
+        store = dist.TCPStore(
             addr, port, info.world_size, is_master=info.rank == 0, timeout=timeout,
             wait_for_workers=False,
         )
@@ -379,6 +382,27 @@ def _connect_store(info: LaunchInfo, addr: str, port: int, timeout: datetime.tim
             f"{timeout.total_seconds():.0f} s. Check that MASTER_ADDR is rank 0's node, that "
             "rank 0 started, and that no firewall blocks the port. (--timeout sets the wait.)"
         ) from None
+    _check_same_job(info, store, addr, port)
+    return store
+
+
+def _check_same_job(info: LaunchInfo, store: dist.Store, addr: str, port: int) -> None:
+    """Rank 0 writes the job id into its store; the other ranks check it, so that a rank
+    that reached another job's rank 0 (both jobs chose the same port) says so and stops,
+    instead of joining that job's process group."""
+    job_id = _job_id(os.environ)
+    if job_id is None:
+        return  # nothing to compare: no scheduler's job id
+    if info.rank == 0:
+        store.set(_JOB_KEY, job_id)
+        return
+    owner = store.get(_JOB_KEY).decode()
+    if owner != job_id:
+        raise DistributedSetupError(
+            f"rank {info.rank} of job {job_id} reached the master at {addr}:{port}, but it belongs "
+            f"to job {owner}: the two jobs use the same port. Unset MASTER_PORT to let "
+            "setup_distributed() derive one from the job id."
+        )
 
 
 def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> DistributedContext:
