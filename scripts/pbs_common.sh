@@ -10,11 +10,17 @@
 #   NODE_LAUNCHER   starts one command on every node of a multi-node job
 #                   (default: "mpiexec -n NNODES --ppn 1", as PBS Pro's Cray PALS and MPICH
 #                   take it; with Open MPI use "mpiexec -n NNODES --map-by ppr:1:node")
+#   RANK_LAUNCHER   starts every rank, NPROC_PER_NODE on each node, for launch_mpiexec
+#                   (default: "mpiexec -n NNODES*NPROC_PER_NODE --ppn NPROC_PER_NODE", as
+#                   Cray PALS and MPICH take it; with Open MPI use
+#                   "mpiexec -n <total> --map-by ppr:<per node>:node")
 #
 # It then sets (and exports):
 #   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
 # and defines:
 #   launch_torchrun SCRIPT [ARGS...]   NPROC_PER_NODE processes on each of the NNODES nodes
+#   launch_mpiexec SCRIPT [ARGS...]    the same ranks started by mpiexec alone (no torchrun):
+#                                      setup_distributed() reads the MPI's variables
 #
 # It works under PBS Pro (PBS_NODEFILE, PBS_JOBID, PBS_O_WORKDIR), under Slurm, whose
 # qsub wrapper and sbatch set SLURM_JOB_NODELIST and SLURM_JOB_ID instead, and under
@@ -24,6 +30,7 @@ VENV="${VENV:-}"
 MODULES="${MODULES:-}"
 NPROC_PER_NODE="${NPROC_PER_NODE:-}"
 NODE_LAUNCHER="${NODE_LAUNCHER:-}"
+RANK_LAUNCHER="${RANK_LAUNCHER:-}"
 
 # --- where we are: PBS starts jobs in $HOME; go back to where qsub was run.
 REPO_DIR="${REPO_DIR:-${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}}"
@@ -78,6 +85,16 @@ launch_torchrun() {
         cmd=("${node_launcher[@]}" torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
              --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
     fi
+    echo "+ ${cmd[*]}"
+    "${cmd[@]}"
+}
+
+# launch_mpiexec SCRIPT [ARGS...]: mpiexec alone starts every rank (one per GPU), no torchrun.
+launch_mpiexec() {
+    local -a rank_launcher
+    read -r -a rank_launcher <<< \
+        "${RANK_LAUNCHER:-mpiexec -n $((NNODES * NPROC_PER_NODE)) --ppn $NPROC_PER_NODE}"
+    local -a cmd=("${rank_launcher[@]}" python "$@")
     echo "+ ${cmd[*]}"
     "${cmd[@]}"
 }

@@ -1,31 +1,49 @@
-"""PBS job scripts: shellcheck-clean, and runnable under bash with a PBS-like environment."""
+"""PBS job scripts: shellcheck-clean, runnable under bash with a PBS-like environment, and
+through Slurm's PBS-compatible qsub (slurm-wlm-torque), which reads their #PBS directives."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, run
+from conftest import MPI_VENVS, REPO, clean_env, mpi_env, run
+from slurm_cluster import shared_cluster
 
 from utils.distributed import job_port
 
-JOB_SCRIPTS = sorted(REPO.glob("scripts/*/*.sh"))
+# A PBS job script is one with #PBS directives (the Slurm ones, #SBATCH, are test_slurm.py's).
+JOB_SCRIPTS = sorted(p for p in REPO.glob("scripts/*/*.sh") if "\n#PBS " in p.read_text())
+
+
+def script_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
 
 
 def test_shellcheck_every_shell_script():
     shellcheck = Path(sys.executable).parent / "shellcheck"
-    files = [*JOB_SCRIPTS, REPO / "scripts" / "pbs_common.sh", REPO / ".ci" / "run"]
+    files = [*REPO.glob("scripts/*.sh"), *REPO.glob("scripts/*/*.sh"), REPO / ".ci" / "run",
+             REPO / ".ci" / "install-slurm"]
     result = run([shellcheck, "-x", *files], timeout=60)
     assert result.returncode == 0, result.output
 
 
-def pbs_env(tmp_path: Path, job_id: str, *nodes: str) -> dict[str, str]:
+def job_venv(job_script: Path) -> str:
+    """The virtual environment a job activates: mpiexec alone needs an MPI's (MPICH's here:
+    its mpiexec takes PBS Pro's --ppn), torchrun the main one."""
+    if "launch_mpiexec" in job_script.read_text():
+        mpi_env("mpich")  # skips (fails in CI) when .venv-mpich is missing
+        return str(MPI_VENVS["mpich"])
+    return str(Path(sys.executable).parents[1])
+
+
+def pbs_env(tmp_path: Path, job_id: str, *nodes: str, venv: str | None = None) -> dict[str, str]:
     nodefile = tmp_path / "nodefile"
     nodefile.write_text("".join(f"{n}\n" for n in nodes))
     # A job starts in $HOME with the submitter's PATH; the script must find its way back.
     return clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID=job_id, PBS_O_WORKDIR=str(REPO),
-                     HOME=str(tmp_path), VENV=str(Path(sys.executable).parents[1]))
+                     HOME=str(tmp_path), VENV=venv or str(Path(sys.executable).parents[1]))
 
 
 # What each chapter's job must show besides a clean finish (its pitfall, bad and good).
@@ -44,19 +62,76 @@ EXPECTED_IN_JOB_OUTPUT = {
     "06_mixed_precision": ["variant=bad precision=fp16 world_size=2", "zero_grads=100.0%",
                            "variant=good precision=fp16 world_size=2", "scale=65536", "precision=bf16",
                            "fp16_ratio=0.50", "bf16_ratio=0.50"],
+    "07_batchnorm_and_buffers": ["variant=bad world_size=2", "broadcast_buffers=no", "eval_identical=no",
+                                 "broadcast_buffers=yes", "eval_identical=yes", "variant=good world_size=2",
+                                 "matches_reference=yes"],
+    "08_unused_parameters": ["outcome=error failed_step=2",
+                             "the bad variant failed as expected (exit code 1)",
+                             "variant=good world_size=2", "replicas_equal=yes", "every_2nd_find_unused=ok",
+                             "every_2nd_static_graph=error", "find_unused_allreduces_per_step=2"],
+    "09_uneven_inputs": ["outcome=timeout batches_per_rank=28,37 hung_epoch=1 hung_step=29 waiting_ranks=1",
+                         "the bad variant failed as expected (exit code 1)",
+                         "fix=join world_size=2", "steps_per_rank=84,111 samples_dropped_per_epoch=0",
+                         "fix=even world_size=2", "steps_per_rank=84,84 samples_dropped_per_epoch=267",
+                         "replicas_identical=yes"],
+    "10_communication_overlap": ["variant=bad world_size=2", "buckets=66 first_steps_allreduces=1,66,66",
+                                 "variant=good world_size=2", "allreduces_per_step=2 ",
+                                 "launched_during_backward=1", "allreduces_per_step=66,32,16,4,2,1",
+                                 "bucket_sweep_4242.pbs01.png"],
+    "11_replica_consistency": ["variant=bad world_size=2", "identical_checks=1/9", "replica_losses_equal=no",
+                               "variant=good world_size=2", "identical_checks=9/9",
+                               "replica_losses_equal=yes", "init_before_ddp=differ init_after_ddp=identical",
+                               "same_seed_distinct_masks=32/64", "per_rank_distinct_masks=64/64"],
+    "13_multinode_and_hpc": ["world_size=2 nodes=1 ranks_per_node=2", "variant=good world_size=2",
+                             "work=1.00x"],
+    # (one folder, two launchers: per-script entries add to the folder's)
+    "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],
+    "13_multinode_and_hpc/pbs_mpiexec.sh": ["summary: launcher=mpich world_size=2 nodes=1"],
 }
 
 
-@pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=lambda p: p.parent.name)
+def assert_job_output(output: str, job_script: Path) -> None:
+    for key in (job_script.parent.name, script_id(job_script)):
+        for text in EXPECTED_IN_JOB_OUTPUT.get(key, []):
+            assert text in output, text
+
+
+@pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=script_id)
 def test_job_script_runs_under_bash_as_pbs_would(tmp_path, job_script):
     # PBS lists a node once per requested CPU: the script must count it once.
-    env = pbs_env(tmp_path, "4242.pbs01", "localhost", "localhost")
+    env = pbs_env(tmp_path, "4242.pbs01", "localhost", "localhost", venv=job_venv(job_script))
     result = run(["bash", job_script], env=env, cwd=tmp_path, timeout=400)
     assert result.returncode == 0, result.output
     port = job_port("4242.pbs01")
     assert f"job 4242.pbs01: 1 node(s) [localhost] x 2 process(es); master localhost:{port}" in result.output
-    for text in EXPECTED_IN_JOB_OUTPUT.get(job_script.parent.name, []):
-        assert text in result.output, text
+    assert_job_output(result.output, job_script)
+
+
+@pytest.fixture(scope="session")
+def slurm(request):
+    return shared_cluster(request.config)
+
+
+@pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=script_id)
+def test_job_script_runs_through_slurms_qsub(slurm, tmp_path, job_script):
+    """qsub from the repository root, as the scripts say; Slurm's qsub hands the script to
+    sbatch, which reads its #PBS directives. No PBS_NODEFILE: the nodes come from Slurm."""
+    output = tmp_path / "job.out"
+    env = slurm.env(VENV=job_venv(job_script))
+    result = slurm.submit(["qsub", "-j", "oe", "-o", output, job_script.relative_to(REPO)],
+                          output=output, env=env)
+    assert result.returncode == 0, result.output
+    job_id = result.output.split()[0]
+    assert (f"job {job_id}: 1 node(s) [localhost] x 2 process(es); "
+            f"master localhost:{job_port(job_id)}") in result.output
+    assert_job_output(result.output, job_script)
+    # The #PBS lines were read: the job's name (-N) and its time limit (walltime).
+    text = job_script.read_text()
+    name = re.search(r"^#PBS -N (\S+)", text, flags=re.M)[1]
+    hours, minutes = re.search(r"^#PBS -l walltime=(\d+):(\d+):", text, flags=re.M).groups()
+    job = slurm.job(job_id)
+    assert job["JobName"] == name, job
+    assert job["TimeLimit"] == f"{hours}:{minutes}:00", job
 
 
 def test_job_submitted_from_elsewhere_says_where_to_submit_from(tmp_path):

@@ -1,0 +1,72 @@
+#!/bin/bash
+# torchrun across nodes, by hand: run this once on every node of the job, with the same
+# arguments on every node. The torchruns meet at the c10d rendezvous on RDZV_HOST (any one of
+# the nodes; its torchrun hosts the rendezvous store), agree on who is who, and each starts
+# NPROC_PER_NODE ranks of SCRIPT: NNODES x NPROC_PER_NODE ranks in all.
+#
+#     bash scripts/13_multinode_and_hpc/torchrun_node.sh NNODES RDZV_HOST[:PORT] [SCRIPT [ARGS...]]
+#
+# e.g. on node0 and on node1 (ssh, two terminals, or one task per node from mpiexec or srun):
+#     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0:29400
+#     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0:29400 scripts/13_multinode_and_hpc/fixed_port.py
+#
+# No node rank: c10d numbers the nodes itself (torchrun ignores --node_rank with c10d), in the
+# order of their host names (of LOCAL_ADDR where set): rank 0 is on the node that sorts
+# first, which need not be RDZV_HOST.
+#
+# Arguments:
+#   NNODES     how many nodes take part; the job starts when all of them have joined
+#   RDZV_HOST  host name or address of one node, reachable from all of them; the PORT is
+#              free on that node and the same everywhere. Left out, it is derived from the
+#              job id (PBS_JOBID, SLURM_JOB_ID) as scripts/pbs_common.sh does: never a fixed
+#              one, so two jobs on one node do not collide.
+#   SCRIPT     default: scripts/13_multinode_and_hpc/where_am_i.py (who runs where)
+# Parameters (environment):
+#   NPROC_PER_NODE  processes on this node (default: its GPUs, else 2)
+#   RDZV_ID         the job's name at the rendezvous, the same on every node (default: the
+#                   job id, else "ddp-by-hand")
+#   LOCAL_ADDR      this node's address as the other nodes reach it (default: its host name)
+#   GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME  the network interface the ranks talk over,
+#                   e.g. hsn0, ib0 (see the chapter's table): passed on to every rank
+set -euo pipefail
+
+usage="usage: bash $0 NNODES RDZV_HOST[:PORT] [SCRIPT [ARGS...]]"
+[[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }
+nnodes=$1
+rdzv_host=$2
+shift 2
+[[ "$nnodes" =~ ^[1-9][0-9]*$ ]] || { echo "NNODES must be a positive number, not '$nnodes'. $usage" >&2; exit 2; }
+
+# --- the rendezvous port: given, else derived from the job id (as in scripts/pbs_common.sh).
+job_id="${PBS_JOBID:-${SLURM_JOB_ID:-}}"
+if [[ "$rdzv_host" == *:* ]]; then
+    rdzv_port=${rdzv_host##*:}
+    rdzv_host=${rdzv_host%:*}
+elif [[ -n "$job_id" ]]; then
+    job_digits=$(printf '%s' "$job_id" | tr -cd '0-9' | tail -c 9)
+    rdzv_port=$((15000 + 10#${job_digits:-0} % 17000))
+else
+    echo "no port in '$rdzv_host' and no job id (PBS_JOBID, SLURM_JOB_ID) to derive one from:" \
+         "give RDZV_HOST:PORT, a free port, the same on every node." >&2
+    exit 2
+fi
+
+# --- processes on this node: one per GPU; without GPUs, 2 CPU processes.
+nproc="${NPROC_PER_NODE:-}"
+if [[ -z "$nproc" ]]; then
+    nproc=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    [[ "$nproc" -gt 0 ]] || nproc=2
+fi
+
+[[ $# -gt 0 ]] || set -- scripts/13_multinode_and_hpc/where_am_i.py
+cmd=(torchrun --nnodes="$nnodes" --nproc_per_node="$nproc"
+     --rdzv-backend=c10d --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="${RDZV_ID:-${job_id:-ddp-by-hand}}")
+[[ -z "${LOCAL_ADDR:-}" ]] || cmd+=(--local-addr="$LOCAL_ADDR")
+# torchrun knows itself as the rendezvous host by its host name and that name's address only;
+# RDZV_HOST given as this node's address on another network (hsn0, ib0) must be declared, or
+# every node waits for a store that none of them starts.
+if [[ " $(hostname -I 2>/dev/null) " == *" $rdzv_host "* ]]; then
+    cmd+=(--rdzv-conf=is_host=true)
+fi
+echo "+ ${cmd[*]} $*"
+exec "${cmd[@]}" "$@"

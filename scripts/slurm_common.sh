@@ -1,0 +1,81 @@
+# shellcheck shell=bash
+# Shared setup for the Slurm job scripts (#SBATCH). Source it, don't run it:
+#     source "$REPO_DIR/scripts/slurm_common.sh"
+#
+# Parameters: edit the defaults here once for your site, or set them in the environment
+# (sbatch exports the submitting shell's: NPROC_PER_NODE=2 sbatch ...). Account, partition,
+# GPUs and time belong on the sbatch line (sbatch -A ... -p ... --gpus-per-node=4 ...).
+#   VENV            virtual environment to activate      (default: $REPO_DIR/.venv, if present)
+#   MODULES         modules to load first, space-separated, e.g. "cuda/12.4 gcc" (default: none)
+#   NPROC_PER_NODE  processes each torchrun starts        (default: GPUs on the node, else 2)
+#
+# It then sets (and exports):
+#   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
+# and defines:
+#   launch_torchrun SCRIPT [ARGS...]   srun starts one torchrun per node, NPROC_PER_NODE each
+#   launch_srun SCRIPT [ARGS...]       srun alone starts every rank: the job's tasks
+#                                      (--ntasks-per-node), one per GPU
+#
+# MASTER_PORT is derived from the job id as in scripts/pbs_common.sh and utils/distributed.py
+# (job_port()), so two jobs on one node never share a port.
+
+VENV="${VENV:-}"
+MODULES="${MODULES:-}"
+NPROC_PER_NODE="${NPROC_PER_NODE:-}"
+
+# --- where we are: sbatch starts the job in the directory it was run from.
+REPO_DIR="${REPO_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}"
+cd "$REPO_DIR" || { echo "slurm_common.sh: cannot cd to REPO_DIR=$REPO_DIR" >&2; exit 1; }
+
+# --- software: modules first, then the virtual environment.
+if [[ -n "$MODULES" ]]; then
+    read -r -a module_names <<< "$MODULES"
+    module load "${module_names[@]}"
+fi
+VENV="${VENV:-$REPO_DIR/.venv}"
+if [[ -f "$VENV/bin/activate" ]]; then
+    # shellcheck source=/dev/null
+    source "$VENV/bin/activate"
+fi
+
+# --- the job's nodes, in order: Slurm's compressed list ("gpu[03-05]") expanded.
+if [[ -z "${SLURM_JOB_ID:-}" ]]; then
+    echo "slurm_common.sh: not inside a Slurm job (no SLURM_JOB_ID): submit with sbatch" >&2
+    exit 1
+fi
+mapfile -t NODES < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}")
+NNODES=${#NODES[@]}
+JOB_ID="$SLURM_JOB_ID"
+
+# --- processes per torchrun: one per GPU; on a node without GPUs, 2 CPU processes.
+if [[ -z "$NPROC_PER_NODE" ]]; then
+    NPROC_PER_NODE="${SLURM_GPUS_ON_NODE:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+    [[ "$NPROC_PER_NODE" -gt 0 ]] || NPROC_PER_NODE=2
+fi
+
+# --- where rank 0 listens: the first node, on a port derived from the job id.
+MASTER_ADDR="${MASTER_ADDR:-${NODES[0]}}"
+job_digits=$(printf '%s' "$JOB_ID" | tr -cd '0-9' | tail -c 9)
+MASTER_PORT="${MASTER_PORT:-$((15000 + 10#${job_digits:-0} % 17000))}"
+export REPO_DIR JOB_ID NNODES NPROC_PER_NODE MASTER_ADDR MASTER_PORT
+
+echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}], tasks per node ${SLURM_TASKS_PER_NODE:-?}; master ${MASTER_ADDR}:${MASTER_PORT}"
+
+# launch_torchrun SCRIPT [ARGS...]: srun starts one torchrun on each node (one task per
+# node), and the torchruns meet at the first node (c10d rendezvous) and start the ranks.
+launch_torchrun() {
+    local -a cmd=(srun --kill-on-bad-exit=1 --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1
+                  torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
+                  --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
+    echo "+ ${cmd[*]}"
+    "${cmd[@]}"
+}
+
+# launch_srun SCRIPT [ARGS...]: srun alone; each of the job's tasks is a rank, and
+# setup_distributed() reads SLURM_PROCID, SLURM_LOCALID and the step's task count.
+# --kill-on-bad-exit: a rank that fails ends the others now, not at their timeout.
+launch_srun() {
+    local -a cmd=(srun --kill-on-bad-exit=1 python "$@")
+    echo "+ ${cmd[*]}"
+    "${cmd[@]}"
+}

@@ -1,0 +1,270 @@
+"""Chapter 13: two nodes that train together (simulated with network namespaces; torchrun's
+c10d rendezvous, and mpiexec alone), and two jobs on one node that collide on a fixed port
+29500 but not on ports derived from their job ids.
+
+Two nodes on one machine: two Linux network namespaces joined by a veth pair, each with its
+own address (10.213.0.1 and 10.213.0.2, visible inside the namespaces only) and an interface
+called ddp0 in both, as a cluster's nodes share interface names. They still share the host
+name (one UTS namespace), so the nodes are told apart by address, not by name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, mpi_env, run
+
+from utils.distributed import job_port
+
+FIXED_PORT_JOB = REPO / "scripts" / "13_multinode_and_hpc" / "fixed_port.py"
+TORCHRUN_NODE = REPO / "scripts" / "13_multinode_and_hpc" / "torchrun_node.sh"
+NODE_ADDRESSES = ("10.213.0.1", "10.213.0.2")
+INTERFACE = "ddp0"
+JOB_TIMEOUT_S = 150  # generous: the machine is shared; a hang still ends
+
+
+# --------------------------------------------------------------------------- helpers
+class Background:
+    """A command started now and left running, its output collected line by line;
+    the whole process group is killed if it outlives its timeout or the test."""
+
+    running: list[Background] = []
+
+    def __init__(self, cmd: list, env: dict[str, str], timeout: float = JOB_TIMEOUT_S) -> None:
+        self.cmd, self.timeout, self.lines = cmd, timeout, []
+        self.proc = subprocess.Popen(
+            [str(c) for c in cmd], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.started = time.monotonic()
+        Background.running.append(self)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout: float = 90) -> None:
+        """Block until a line contains ``text``; fail if the command ends or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"never printed {text!r}: {' '.join(map(str, self.cmd))}\n{''.join(self.lines)}")
+            time.sleep(0.1)
+
+    def finish(self) -> Result:
+        try:
+            self.proc.wait(timeout=max(1.0, self.timeout - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"timed out (a hang?): {' '.join(map(str, self.cmd))}\n{''.join(self.lines)}")
+        self._reader.join(timeout=10)
+        output = "".join(self.lines)
+        for sign in TEARDOWN_FAILURES:
+            assert sign not in output, f"teardown problem ({sign!r}):\n{output}"
+        return Result(self.proc.returncode, output, time.monotonic() - self.started)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def kill_leftovers():
+    """Whatever a test left running (it failed half-way) is killed when it ends."""
+    before = set(Background.running)
+    yield
+    for job in set(Background.running) - before:
+        job.kill()
+
+
+def summary_of(output: str) -> dict[str, str]:
+    return Result(0, output, 0).summary()
+
+
+# --------------------------------------------------------------------------- two nodes
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def two_nodes():
+    """Two network namespaces joined by a veth pair: the namespaces' names, node 0's first.
+
+    Removed at the end whatever happened (removing a namespace removes its veth end)."""
+    if shutil.which("ip") is None:
+        reason = "the `ip` command (iproute2) is missing: cannot simulate two nodes"
+    else:
+        probe = _ip("netns", "add", f"ddp13-probe-{uuid.uuid4().hex[:8]}")
+        reason = None if probe.returncode == 0 else (
+            f"`ip netns add` is not permitted here ({probe.stderr.strip()}): two simulated nodes "
+            "need root (or CAP_SYS_ADMIN and CAP_NET_ADMIN)")
+        if probe.returncode == 0:
+            _ip("netns", "delete", probe.args[-1])
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+    tag = uuid.uuid4().hex[:8]  # unique per run: helpers and CI jobs may run side by side
+    names = [f"ddp13-{tag}-node{i}" for i in range(2)]
+    try:
+        for name in names:
+            assert _ip("netns", "add", name).returncode == 0, name
+        # Each end is created inside its namespace: the same name on both, no clash outside.
+        made = _ip("link", "add", INTERFACE, "netns", names[0], "type", "veth",
+                   "peer", "name", INTERFACE, "netns", names[1])
+        assert made.returncode == 0, made.stderr
+        for name, address in zip(names, NODE_ADDRESSES, strict=True):
+            for args in (("addr", "add", f"{address}/24", "dev", INTERFACE),
+                         ("link", "set", INTERFACE, "up"), ("link", "set", "lo", "up")):
+                done = _ip("-n", name, *args)
+                assert done.returncode == 0, (name, args, done.stderr)
+        yield names
+    finally:
+        for name in names:
+            _ip("netns", "delete", name)
+
+
+def node_env(job_id: str, address: str) -> dict[str, str]:
+    return clean_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                     PBS_JOBID=job_id, GLOO_SOCKET_IFNAME=INTERFACE, LOCAL_ADDR=address,
+                     NPROC_PER_NODE="2")
+
+
+def test_two_nodes_train_together_with_torchrun_c10d(two_nodes):
+    """torchrun_node.sh once in each namespace: the rendezvous on node 0's address, on the
+    job id's port; 2 x 2 ranks train as one job and end with identical parameters."""
+    job_id = f"{os.getpid()}.pbs"
+    rendezvous = NODE_ADDRESSES[0]  # no port: derived from the job id
+    nodes = [Background(["ip", "netns", "exec", ns, "bash", TORCHRUN_NODE, "2", rendezvous, FIXED_PORT_JOB],
+                        env=node_env(job_id, address))
+             for ns, address in zip(reversed(two_nodes), reversed(NODE_ADDRESSES), strict=True)]
+    node1, node0 = (node.finish() for node in nodes)
+    assert node0.returncode == 0, node0.output
+    assert node1.returncode == 0, node1.output
+
+    # Both torchruns met at node 0's address, on the port derived from the job id.
+    endpoint = f"--rdzv-endpoint={rendezvous}:{job_port(job_id)} --rdzv-id={job_id}"
+    assert endpoint in node0.output and endpoint in node1.output, (node0.output, node1.output)
+    # One job of 4 ranks, 2 on each node (told apart by address), identical replicas.
+    summary = summary_of(node0.output)
+    assert summary["launcher"] == "torchrun" and summary["world_size"] == "4", summary
+    assert summary["nodes"] == "2" and summary["ranks_per_node"] == "2,2", summary
+    assert summary["params_identical"] == "yes", node0.output
+    assert re.search(rf"^node {re.escape(NODE_ADDRESSES[0])}: ranks \[0, 1\]$", node0.output, re.M)
+    assert re.search(rf"^node {re.escape(NODE_ADDRESSES[1])}: ranks \[2, 3\]$", node0.output, re.M)
+    assert "replicas identical: 4 rank(s) agree" in node0.output
+    assert "summary:" not in node1.output, "only rank 0 (on node 0) prints"
+
+
+# Hydra (MPICH's mpiexec) starts its proxy on each host with "LAUNCHER -x HOST COMMAND";
+# this stand-in for ssh runs COMMAND in the namespace that plays HOST.
+NAMESPACE_SSH = """#!/bin/bash
+while [[ $1 == -* ]]; do shift; done
+host=$1; shift
+case $host in
+    {0}) namespace={2} ;;
+    {1}) namespace={3} ;;
+    *) echo "no simulated node $host" >&2; exit 1 ;;
+esac
+exec ip netns exec "$namespace" bash -c "$*"
+"""
+
+
+def test_two_nodes_with_mpiexec_alone(two_nodes, tmp_path):
+    """MPICH's mpiexec alone, 2 ranks per node (--ppn), its proxies reached through the
+    ssh stand-in. MASTER_ADDR is given because the simulated nodes share a host name, which
+    resolves to no address of the veth network."""
+    ssh = tmp_path / "namespace_ssh"
+    ssh.write_text(NAMESPACE_SSH.format(*NODE_ADDRESSES, *two_nodes))
+    ssh.chmod(0o755)
+    env = mpi_env("mpich")
+    env.update(GLOO_SOCKET_IFNAME=INTERFACE, PBS_JOBID="4321.pbs")
+    cmd = ["ip", "netns", "exec", two_nodes[0], "mpiexec", "-launcher", "ssh", "-launcher-exec", ssh,
+           "-iface", INTERFACE, "-genv", "MASTER_ADDR", NODE_ADDRESSES[0], "-hosts", ",".join(NODE_ADDRESSES),
+           "-n", "4", "-ppn", "2", "python", FIXED_PORT_JOB]
+    result = run(cmd, env=env, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.output
+    summary = result.summary()
+    assert summary["launcher"] == "mpich" and summary["world_size"] == "4", summary
+    assert summary["nodes"] == "2" and summary["ranks_per_node"] == "2,2", summary
+    assert summary["port"] == str(job_port("4321.pbs")) and summary["params_identical"] == "yes"
+    assert f"node {NODE_ADDRESSES[1]}: ranks [2, 3]" in result.output
+
+
+# --------------------------------------------------------------------------- fixed port
+def mpi_job(mpi: str, job_id: str | None, *args: str, placement: tuple[str, ...] = ()) -> Background:
+    """`mpiexec -n 2 [placement] python fixed_port.py ARGS` as a scheduler's job would run it."""
+    env = mpi_env(mpi)
+    if job_id:
+        env["PBS_JOBID"] = job_id
+    extra = ["--oversubscribe"] if mpi == "openmpi" else []
+    cmd = ["mpiexec", "-n", "2", *extra, *placement, "python", FIXED_PORT_JOB, *args]
+    return Background(cmd, env=env)
+
+
+def test_fixed_port_second_job_on_the_node_fails():
+    """bad: both jobs pin 29500. The first holds it; the second's rank 0 cannot listen and
+    the job ends with setup_distributed()'s one-line explanation, not a traceback."""
+    first = mpi_job("openmpi", "1001.pbs", "--variant", "bad", "--epochs", "40")  # a longer job
+    first.wait_for("rank 0 listens on")
+    second = mpi_job("openmpi", "1002.pbs", "--variant", "bad").finish()
+    first_still_running = first.proc.poll() is None
+    first_result = first.finish()
+
+    assert second.returncode != 0, second.output
+    assert ("setup_distributed: port 29500 on 127.0.0.1 is already in use (another job, or a "
+            "leftover process, holds it)") in second.output
+    assert "Traceback" not in second.output and "summary:" not in second.output, second.output
+    assert first_still_running, "the first job ended before the second started: nothing collided"
+    # The first job is unharmed.
+    assert first_result.returncode == 0, first_result.output
+    summary = summary_of(first_result.output)
+    assert summary["port"] == "29500" and summary["port_from"] == "MASTER_PORT", summary
+    assert summary["params_identical"] == "yes"
+
+
+def test_ports_from_the_job_both_jobs_finish():
+    """good: the first job's port comes from its job id, the second (no scheduler, no job
+    id) gets a free port from its rank 0 over MPI; side by side, both finish. (MPICH with
+    --ppn and Open MPI with --map-by ppr:N:node: the forms docs/launchers.md shows.)"""
+    first = mpi_job("mpich", "1001.pbs", "--epochs", "20", placement=("--ppn", "2"))
+    second_job = mpi_job("openmpi", None, placement=("--map-by", "ppr:2:node"))
+    first.wait_for("rank 0 listens on")
+    second_job.wait_for("rank 0 listens on")
+    first_still_running = first.proc.poll() is None  # the two held their ports at once
+    second, first_result = second_job.finish(), first.finish()
+
+    assert second.returncode == 0, second.output
+    assert first_result.returncode == 0, first_result.output
+    assert first_still_running, "the jobs did not overlap: the test proves nothing"
+    summaries = summary_of(first_result.output), summary_of(second.output)
+    assert summaries[0]["port"] == str(job_port("1001.pbs")), summaries[0]
+    assert summaries[0]["port_from"] == "PBS_JOBID=1001.pbs"
+    assert summaries[1]["port_from"] == "mpi_broadcast"
+    assert summaries[0]["port"] != summaries[1]["port"] != "29500"
+    for summary, launcher in zip(summaries, ("mpich", "openmpi"), strict=True):
+        assert summary["launcher"] == launcher and summary["world_size"] == "2", summary
+        assert summary["params_identical"] == "yes"
+
+
+def test_torchrun_node_says_what_it_needs():
+    env = clean_env(NPROC_PER_NODE="1")
+    usage = run(["bash", TORCHRUN_NODE], env=env, timeout=30)
+    assert usage.returncode == 2 and "usage: bash" in usage.output, usage.output
+    no_port = run(["bash", TORCHRUN_NODE, "2", "node0"], env=env, timeout=30)
+    assert no_port.returncode == 2, no_port.output
+    assert "give RDZV_HOST:PORT, a free port, the same on every node" in no_port.output
