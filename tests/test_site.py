@@ -45,3 +45,35 @@ def test_captured_output_matches_a_fresh_run(path):
     fresh = run_command(command)
     assert masked(fresh) == masked(captured), (
         f"{path.name} no longer matches what `{command}` prints: run `make outputs`\n{fresh}")
+
+
+# Numbers a page states that are not measurements: versions, ports, sizes of the set-up.
+NOT_MEASURED = {"0.18", "2.9", "2.13", "2.14", "128", "256", "1000", "2000", "16384", "29400",
+                "29500", "65504", "1048576", "6.1e-05"}
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d+(?:e-?\d+)?|\d{3,}(?:,\d{3})*)(?![\w])")
+
+
+def _decimals(number: str) -> int:
+    return len(number.split(".")[1]) if "." in number and "e" not in number else 0
+
+
+def _shows(outputs: str, number: str) -> bool:
+    """Whether `number` is one of the outputs' numbers, or one rounded to its decimals."""
+    value, decimals = float(number.replace(",", "")), _decimals(number)
+    for token in NUMBER.findall(outputs):
+        shown = float(token.replace(",", ""))
+        if shown == value or ("e" not in number and _decimals(token) >= decimals
+                              and round(shown, decimals) == value):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("page", sorted((REPO / "chapters").glob("*.md")), ids=lambda p: p.stem)
+def test_numbers_on_a_page_come_from_its_captured_outputs(page):
+    """A measured number in a chapter's prose is one its included outputs show (rounded or not)."""
+    text = page.read_text()
+    outputs = "\n".join(read(REPO / path)[1] for path in re.findall(r'--8<-- "(docs/outputs/[^"]+)"', text))
+    prose = re.sub(r"```.*?```|`[^`\n]*`", "", text, flags=re.S)  # code is not a claim
+    typed = [n for n in NUMBER.findall(prose) if n.lstrip("+") not in NOT_MEASURED]
+    unshown = [n for n in typed if not _shows(outputs, n.lstrip("+"))]
+    assert not unshown, f"{page.name} states {unshown}, which none of its captured outputs shows"
