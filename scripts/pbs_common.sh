@@ -32,44 +32,9 @@ NPROC_PER_NODE="${NPROC_PER_NODE:-}"
 NODE_LAUNCHER="${NODE_LAUNCHER:-}"
 RANK_LAUNCHER="${RANK_LAUNCHER:-}"
 
-# --- where we are: PBS starts jobs in $HOME; go back to where qsub was run.
-REPO_DIR="${REPO_DIR:-${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}}"
-cd "$REPO_DIR" || { echo "pbs_common.sh: cannot cd to REPO_DIR=$REPO_DIR" >&2; exit 1; }
-
-# --- software: modules first, then the virtual environment.
-if [[ -n "$MODULES" ]]; then
-    read -r -a module_names <<< "$MODULES"
-    module load "${module_names[@]}"
-fi
-VENV="${VENV:-$REPO_DIR/.venv}"
-if [[ -f "$VENV/bin/activate" ]]; then
-    # shellcheck source=/dev/null
-    source "$VENV/bin/activate"
-fi
-
-# --- the job's nodes, in order, each once: PBS's node file, else Slurm's list, else here.
-if [[ -n "${PBS_NODEFILE:-}" && -f "${PBS_NODEFILE}" ]]; then
-    mapfile -t NODES < <(awk 'NF && !seen[$1]++ {print $1}' "$PBS_NODEFILE")
-elif [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
-    mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-else
-    NODES=("$(hostname)")
-fi
-NNODES=${#NODES[@]}
-JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-local-$$}}"
-
-# --- processes per node: one per GPU; on a machine without GPUs, 2 CPU processes.
-if [[ -z "$NPROC_PER_NODE" ]]; then
-    NPROC_PER_NODE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    [[ "$NPROC_PER_NODE" -gt 0 ]] || NPROC_PER_NODE=2
-fi
-
-# --- where rank 0 listens: the first node, on a port derived from the job id, so two
-# jobs on one node never share a port (utils/distributed.py's job_port() is the same).
-MASTER_ADDR="${MASTER_ADDR:-${NODES[0]}}"
-job_digits=$(printf '%s' "$JOB_ID" | tr -cd '0-9' | tail -c 9)
-MASTER_PORT="${MASTER_PORT:-$((15000 + 10#${job_digits:-0} % 17000))}"
-export REPO_DIR JOB_ID NNODES NPROC_PER_NODE MASTER_ADDR MASTER_PORT
+# shellcheck source=scripts/job_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/job_common.sh"
+setup_job pbs_common.sh
 
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}] x ${NPROC_PER_NODE} process(es); master ${MASTER_ADDR}:${MASTER_PORT}"
 

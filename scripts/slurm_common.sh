@@ -16,48 +16,20 @@
 #   launch_srun SCRIPT [ARGS...]       srun alone starts every rank: the job's tasks
 #                                      (--ntasks-per-node), one per GPU
 #
-# MASTER_PORT is derived from the job id as in scripts/pbs_common.sh and utils/distributed.py
-# (job_port()), so two jobs on one node never share a port.
+# The setup itself (repository, software, nodes, MASTER_PORT derived from the job id) is
+# scripts/job_common.sh's, shared with scripts/pbs_common.sh.
 
 VENV="${VENV:-}"
 MODULES="${MODULES:-}"
 NPROC_PER_NODE="${NPROC_PER_NODE:-}"
 
-# --- where we are: sbatch starts the job in the directory it was run from.
-REPO_DIR="${REPO_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}"
-cd "$REPO_DIR" || { echo "slurm_common.sh: cannot cd to REPO_DIR=$REPO_DIR" >&2; exit 1; }
-
-# --- software: modules first, then the virtual environment.
-if [[ -n "$MODULES" ]]; then
-    read -r -a module_names <<< "$MODULES"
-    module load "${module_names[@]}"
-fi
-VENV="${VENV:-$REPO_DIR/.venv}"
-if [[ -f "$VENV/bin/activate" ]]; then
-    # shellcheck source=/dev/null
-    source "$VENV/bin/activate"
-fi
-
-# --- the job's nodes, in order: Slurm's compressed list ("gpu[03-05]") expanded.
 if [[ -z "${SLURM_JOB_ID:-}" ]]; then
     echo "slurm_common.sh: not inside a Slurm job (no SLURM_JOB_ID): submit with sbatch" >&2
     exit 1
 fi
-mapfile -t NODES < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}")
-NNODES=${#NODES[@]}
-JOB_ID="$SLURM_JOB_ID"
-
-# --- processes per torchrun: one per GPU; on a node without GPUs, 2 CPU processes.
-if [[ -z "$NPROC_PER_NODE" ]]; then
-    NPROC_PER_NODE="${SLURM_GPUS_ON_NODE:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
-    [[ "$NPROC_PER_NODE" -gt 0 ]] || NPROC_PER_NODE=2
-fi
-
-# --- where rank 0 listens: the first node, on a port derived from the job id.
-MASTER_ADDR="${MASTER_ADDR:-${NODES[0]}}"
-job_digits=$(printf '%s' "$JOB_ID" | tr -cd '0-9' | tail -c 9)
-MASTER_PORT="${MASTER_PORT:-$((15000 + 10#${job_digits:-0} % 17000))}"
-export REPO_DIR JOB_ID NNODES NPROC_PER_NODE MASTER_ADDR MASTER_PORT
+# shellcheck source=scripts/job_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/job_common.sh"
+setup_job slurm_common.sh
 
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}], tasks per node ${SLURM_TASKS_PER_NODE:-?}; master ${MASTER_ADDR}:${MASTER_PORT}"
 

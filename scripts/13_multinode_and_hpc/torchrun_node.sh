@@ -18,7 +18,7 @@
 #   NNODES     how many nodes take part; the job starts when all of them have joined
 #   RDZV_HOST  host name or address of one node, reachable from all of them; the PORT is
 #              free on that node and the same everywhere. Left out, it is derived from the
-#              job id (PBS_JOBID, SLURM_JOB_ID) as scripts/pbs_common.sh does: never a fixed
+#              job id (PBS_JOBID, SLURM_JOB_ID) as the job scripts do: never a fixed
 #              one, so two jobs on one node do not collide.
 #   SCRIPT     default: scripts/13_multinode_and_hpc/where_am_i.py (who runs where)
 # Parameters (environment):
@@ -37,14 +37,18 @@ rdzv_host=$2
 shift 2
 [[ "$nnodes" =~ ^[1-9][0-9]*$ ]] || { echo "NNODES must be a positive number, not '$nnodes'. $usage" >&2; exit 2; }
 
-# --- the rendezvous port: given, else derived from the job id (as in scripts/pbs_common.sh).
+# job_port (the port derived from a job id, as the job scripts derive it) and
+# processes_per_node: scripts/job_common.sh.
+# shellcheck source=scripts/job_common.sh
+source "$(dirname "$0")/../job_common.sh"
+
+# --- the rendezvous port: given, else derived from the job id.
 job_id="${PBS_JOBID:-${SLURM_JOB_ID:-}}"
 if [[ "$rdzv_host" == *:* ]]; then
     rdzv_port=${rdzv_host##*:}
     rdzv_host=${rdzv_host%:*}
 elif [[ -n "$job_id" ]]; then
-    job_digits=$(printf '%s' "$job_id" | tr -cd '0-9' | tail -c 9)
-    rdzv_port=$((15000 + 10#${job_digits:-0} % 17000))
+    rdzv_port=$(job_port "$job_id")
 else
     echo "no port in '$rdzv_host' and no job id (PBS_JOBID, SLURM_JOB_ID) to derive one from:" \
          "give RDZV_HOST:PORT, a free port, the same on every node." >&2
@@ -52,11 +56,7 @@ else
 fi
 
 # --- processes on this node: one per GPU; without GPUs, 2 CPU processes.
-nproc="${NPROC_PER_NODE:-}"
-if [[ -z "$nproc" ]]; then
-    nproc=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    [[ "$nproc" -gt 0 ]] || nproc=2
-fi
+nproc=$(processes_per_node)
 
 [[ $# -gt 0 ]] || set -- scripts/13_multinode_and_hpc/where_am_i.py
 cmd=(torchrun --nnodes="$nnodes" --nproc_per_node="$nproc"
