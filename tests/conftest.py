@@ -10,6 +10,7 @@ the main .venv's packages (torch, ...) visible through a .pth file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -58,6 +59,22 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, its process group and every descendant: torchrun starts its workers
+    in sessions of their own, out of reach of a kill of the launcher's group alone."""
+    import psutil
+
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for child in descendants:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
         cwd: Path = REPO) -> Result:
     """Run cmd to completion, or kill its whole process group after `timeout` seconds."""
@@ -71,7 +88,7 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 1
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         output, _ = proc.communicate()
         pytest.fail(f"timed out after {timeout} s (a hang?): {' '.join(map(str, cmd))}\n{output}")
     for sign in TEARDOWN_FAILURES:

@@ -5,16 +5,14 @@ timeout, TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO, torchrun's er
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 
 import pytest
-from conftest import REPO, VENV_BIN, clean_env, mpiexec, python, run, script
+from conftest import REPO, VENV_BIN, clean_env, kill_tree, mpiexec, python, run, script
 
 DEBUGGING = "13_multinode_and_hpc/hang_debugging.py"
 PAGE = REPO / "chapters" / "13_multinode_and_hpc.md"
@@ -151,11 +149,8 @@ def test_py_spy_dump_shows_where_each_rank_waits():
                 pytest.skip(f"py-spy cannot attach here (ptrace not permitted): {dump.stderr.strip()}")
             assert dump.returncode == 0, dump.stderr
             dumps[rank] = dump.stdout
-    finally:  # the ranks run in process groups of their own: stop them by pid, then torchrun
-        for pid in pids or []:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        os.killpg(proc.pid, signal.SIGKILL)
+    finally:  # torchrun and its ranks, which run in sessions of their own
+        kill_tree(proc.pid)
         proc.communicate()
     waits = f"train_step (hang_debugging.py:{source_line('dist.all_reduce(gradients')})"
     stuck = f"load_batch (hang_debugging.py:{source_line('time.sleep(STALL_TIMEOUTS')})"

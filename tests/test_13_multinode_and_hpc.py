@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, mpi_env, run
+from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree, mpi_env, run
 
 from utils.distributed import job_port
 
@@ -76,8 +75,7 @@ class Background:
         return Result(self.proc.returncode, output, time.monotonic() - self.started)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_tree(self.proc.pid)
         self.proc.wait()
 
 
