@@ -7,8 +7,9 @@
 # Job 1001.pbs (a longer one) starts first; once its rank 0 listens, job 1002.pbs starts on
 # the same node. Each job is 2 ranks of fixed_port.py --variant bad|good, started the way an
 # MPI launcher or srun starts them: one process per rank, each told its RANK, WORLD_SIZE and
-# LOCAL_RANK, none told a port (torchrun would choose its own). As those launchers do, a job
-# whose rank fails is ended. Then each job's output, and its exit code.
+# LOCAL_RANK, none told a port (torchrun would choose its own). Then each job's exit code and
+# output: its ranks' logs, in rank order. (Every rank here ends by itself, at once or at its
+# timeout, so nothing ends the others early, and the output is the same on every run.)
 # bad: the second job's rank 0 cannot listen on 29500, which the first holds, and the second
 # job fails. good: each job's port is derived from its job id; both finish.
 set -euo pipefail
@@ -20,40 +21,39 @@ job_script=scripts/13_multinode_and_hpc/fixed_port.py
 logs=$(mktemp -d)
 trap 'jobs -p | xargs -r kill 2>/dev/null || true; rm -rf "$logs"' EXIT
 
-# run_job JOB_ID ARGS...: 2 ranks of the job script; when one rank fails, end the others.
-# (Run it in a subshell: it waits for, and ends, every job of its shell.)
+# run_job JOB_ID ARGS...: 2 ranks of the job script, each with its own log; the job's exit
+# code is its first failing rank's.
 run_job() {
     local job_id=$1 rank code status=0
     shift
+    local -a pids=()
     for rank in 0 1; do
         PBS_JOBID=$job_id RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 \
-            python "$job_script" --variant "$variant" "$@" &
+            python "$job_script" --variant "$variant" "$@" > "$logs/$job_id.rank$rank" 2>&1 &
+        pids+=($!)
     done
-    for _ in 0 1; do
-        wait -n && continue
-        code=$?
-        [[ $status -ne 0 ]] || status=$code  # the first failure; the others are the kill's
-        jobs -p | xargs -r kill 2>/dev/null || true
+    for rank in 0 1; do
+        wait "${pids[$rank]}" || { code=$?; [[ $status -ne 0 ]] || status=$code; }
     done
     return "$status"
 }
 
 long_job=(--num-samples 12288)  # 6 times the data: the first job is still running when the second starts
 echo "job 1001.pbs: 2 ranks of $job_script --variant $variant ${long_job[*]}"
-(run_job 1001.pbs "${long_job[@]}") > "$logs/1001" 2>&1 &
+run_job 1001.pbs "${long_job[@]}" &
 first=$!
-until grep -q "^rank 0 listens" "$logs/1001"; do
+until grep -qs "^rank 0 listens" "$logs/1001.pbs.rank0"; do
     kill -0 "$first" 2>/dev/null || break  # it ended before listening: show why below
     sleep 0.2
 done
 echo "job 1002.pbs: 2 ranks of $job_script --variant $variant, on the same node"
 second_status=0
-(run_job 1002.pbs) > "$logs/1002" 2>&1 || second_status=$?
+run_job 1002.pbs || second_status=$?
 first_status=0
 wait "$first" || first_status=$?
 
 echo "=== job 1001.pbs: exit code $first_status"
-cat "$logs/1001"
+cat "$logs/1001.pbs.rank0" "$logs/1001.pbs.rank1"
 echo "=== job 1002.pbs: exit code $second_status"
-cat "$logs/1002"
+cat "$logs/1002.pbs.rank0" "$logs/1002.pbs.rank1"
 [[ $first_status -eq 0 && $second_status -eq 0 ]]
