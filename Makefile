@@ -2,7 +2,7 @@
 #   make quickstart   set up .venv from requirements.txt, run chapter 01 on 2 CPU processes
 #   make test         set up everything the tests need, then run the whole suite
 # Other targets: make docs (build the site into site/), make serve, make lint,
-# make outputs (re-capture docs/outputs/*.txt, the runs the chapters show), make clean.
+# make outputs (re-capture docs/outputs/*.txt and docs/images/, the runs the chapters show), make clean.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -31,6 +31,8 @@ serve: $(VENV)/.dev-installed
 
 outputs: $(VENV)/.installed
 	$(BIN)/python tests/captured_outputs.py
+	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/10_communication_overlap/bucket_sweep.py \
+		--plot docs/images/10_bucket_sweep.png
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
