@@ -34,6 +34,13 @@ LAUNCHER_VARS = re.compile(
 TEARDOWN_FAILURES = ("terminate called", "DistributedDataParallel model is still alive")
 
 
+def parse_summary(output: str) -> dict[str, str]:
+    """The key=value pairs of the last 'summary:' line of `output`."""
+    lines = [line for line in output.splitlines() if line.startswith("summary:")]
+    assert lines, f"no summary line in the output:\n{output}"
+    return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+
+
 @dataclass
 class Result:
     """What a user would see: the exit code and everything printed."""
@@ -44,9 +51,13 @@ class Result:
 
     def summary(self) -> dict[str, str]:
         """The key=value pairs of the last 'summary:' line."""
-        lines = [line for line in self.output.splitlines() if line.startswith("summary:")]
-        assert lines, f"no summary line in the output:\n{self.output}"
-        return dict(re.findall(r"(\w+)=(\S+)", lines[-1]))
+        return parse_summary(self.output)
+
+    def clean_summary(self) -> dict[str, str]:
+        """The summary of a run that exited 0 and printed it once (rank 0 alone)."""
+        assert self.returncode == 0, self.output
+        assert self.count("summary:") == 1, f"a line printed by more than rank 0:\n{self.output}"
+        return self.summary()
 
     def count(self, text: str) -> int:
         return self.output.count(text)

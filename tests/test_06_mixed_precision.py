@@ -11,13 +11,6 @@ AMP = "06_mixed_precision/amp_grad_scaler.py"
 COMPRESS = "06_mixed_precision/compressed_gradients.py"
 
 
-def summary_of(result) -> dict[str, str]:
-    """The summary of a clean run whose summary line rank 0 alone printed."""
-    assert result.returncode == 0, result.output
-    assert result.count("summary:") == 1, "a line printed by more than rank 0"
-    return result.summary()
-
-
 def percent(value: str) -> float:
     assert value.endswith("%"), value
     return float(value[:-1])
@@ -25,9 +18,9 @@ def percent(value: str) -> float:
 
 def test_pitfall_fp16_without_grad_scaler_underflows_and_stalls():
     bad_run = torchrun(2, AMP, "--precision", "fp16", "--variant", "bad")
-    bad = summary_of(bad_run)
+    bad = bad_run.clean_summary()
     good_run = torchrun(2, AMP, "--precision", "fp16", "--variant", "good")
-    good = summary_of(good_run)
+    good = good_run.clean_summary()
     for summary in (bad, good):
         assert summary["world_size"] == "2" and summary["launcher"] == "torchrun", summary
     # bad: every gradient element is exactly zero, so the weights never change and the
@@ -50,10 +43,10 @@ def test_grad_scaler_and_bf16_train_like_fp32():
     """The same run in fp32, in fp16 with a scaler, and in bf16 with no scaler at all
     (--variant bad: plain backward) ends at the same loss."""
     fp32_result = python(AMP, "--precision", "fp32")
-    fp32 = summary_of(fp32_result)
-    fp16_scaled = summary_of(python(AMP, "--precision", "fp16", "--variant", "good"))
+    fp32 = fp32_result.clean_summary()
+    fp16_scaled = python(AMP, "--precision", "fp16", "--variant", "good").clean_summary()
     bf16_result = python(AMP, "--precision", "bf16", "--variant", "bad")
-    bf16 = summary_of(bf16_result)
+    bf16 = bf16_result.clean_summary()
     assert float(fp32["final_loss"]) < float(fp32["first_loss"]) - 0.3, fp32
     assert percent(fp32["zero_grads"]) == 0.0
     for summary in (fp16_scaled, bf16):
@@ -68,13 +61,13 @@ def test_grad_scaler_and_bf16_train_like_fp32():
 
 def test_large_gradients_survive_fp16_without_a_scaler():
     """The cause is the size of the gradients: at --loss-weight 1 plain fp16 learns."""
-    summary = summary_of(python(AMP, "--precision", "fp16", "--variant", "bad", "--loss-weight", "1"))
+    summary = python(AMP, "--precision", "fp16", "--variant", "bad", "--loss-weight", "1").clean_summary()
     assert percent(summary["zero_grads"]) < 1.0, summary
     assert float(summary["final_loss"]) < float(summary["first_loss"]) - 0.3, summary
 
 
 def test_amp_under_open_mpi():
-    summary = summary_of(mpiexec("openmpi", 2, AMP, "--variant", "bad", "--epochs", "2"))
+    summary = mpiexec("openmpi", 2, AMP, "--variant", "bad", "--epochs", "2").clean_summary()
     assert summary["launcher"] == "openmpi" and summary["world_size"] == "2"
     assert summary["zero_grads"] == "100.0%" and summary["final_loss"] == summary["first_loss"]
 
@@ -90,7 +83,7 @@ def assert_bytes_halved(summary: dict[str, str]) -> None:
 
 def test_compression_hooks_halve_the_bytes_all_reduced_and_sent():
     result = torchrun(2, COMPRESS)
-    summary = summary_of(result)
+    summary = result.clean_summary()
     assert summary["world_size"] == "2"
     assert_bytes_halved(summary)
     # What the processes really wrote to their sockets (gloo, Linux) halves too.
@@ -104,7 +97,7 @@ def test_compression_hooks_halve_the_bytes_all_reduced_and_sent():
 
 @pytest.mark.parametrize("mpi", ["mpich"])
 def test_fp16_compression_loses_tiny_gradients_bf16_keeps_them(mpi):
-    summary = summary_of(mpiexec(mpi, 4, COMPRESS, "--loss-weight", "1e-6"))
+    summary = mpiexec(mpi, 4, COMPRESS, "--loss-weight", "1e-6").clean_summary()
     assert summary["world_size"] == "4" and summary["launcher"] == mpi
     assert_bytes_halved(summary)
     assert summary["fp16_zero_grads"] == "100.0%", summary
@@ -113,7 +106,7 @@ def test_fp16_compression_loses_tiny_gradients_bf16_keeps_them(mpi):
 
 
 def test_compression_as_one_process_has_nothing_on_the_wire():
-    summary = summary_of(python(COMPRESS, "--hooks", "none", "bf16"))
+    summary = python(COMPRESS, "--hooks", "none", "bf16").clean_summary()
     assert summary["launcher"] == "none"
     assert int(summary["bf16_bytes"]) * 2 == int(summary["none_bytes"]) == 4 * int(summary["params"])
     assert summary["bf16_wire_ratio"] == "n/a"  # a world of one sends nothing

@@ -16,13 +16,6 @@ REFERENCE_KEYS = ("ref_outputs_diff", "ref_running_mean_diff", "ref_running_var_
 TABLE_ROW = re.compile(r"^ +(\d+) +(\S+) +([+-]\d+\.\d+) +([+-]\d+\.\d+) +(\d+\.\d+) +(\d+\.\d)%$", re.M)
 
 
-def summary_of(result) -> dict[str, str]:
-    """The summary of a clean run whose summary line rank 0 alone printed."""
-    assert result.returncode == 0, result.output
-    assert result.count("summary:") == 1, "a line printed by more than rank 0"
-    return result.summary()
-
-
 def table(output: str) -> list[tuple[str, ...]]:
     """Per rank, in rank order: (rank, classes, data mean, running_mean, running_var, accuracy)."""
     rows = TABLE_ROW.findall(output)
@@ -40,7 +33,7 @@ def accuracies(summary: dict[str, str]) -> list[float]:
 
 def assert_global_batch_statistics(result, world_size: int, launcher: str) -> dict[str, str]:
     """Identical buffers and outputs on every rank, equal to one process on the global batch."""
-    summary = summary_of(result)
+    summary = result.clean_summary()
     assert summary["world_size"] == str(world_size) and summary["launcher"] == launcher, summary
     assert summary["norm"] == "AllReduceBatchNorm", summary  # CPU: nn.SyncBatchNorm refuses CPU tensors
     assert "torch.nn.SyncBatchNorm runs on GPUs only" in result.output
@@ -63,7 +56,7 @@ def bad_run():
 
 
 def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
-    bad = summary_of(bad_run)
+    bad = bad_run.clean_summary()
     assert bad["world_size"] == "2" and bad["norm"] == "BatchNorm1d" and bad["broadcast_buffers"] == "no"
     # Each rank's running mean follows its own shard, so the ranks' buffers differ ...
     rows = table(bad_run.output)
@@ -89,7 +82,7 @@ def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
 
 def test_default_broadcast_buffers_gives_every_rank_rank_0s_statistics(bad_run):
     result = torchrun(2, SCRIPT, "--variant", "bad", "--broadcast-buffers", "yes")
-    summary = summary_of(result)
+    summary = result.clean_summary()
     assert summary["broadcast_buffers"] == "yes"
     # Consistent: every rank evaluated with the same buffers and gave the same outputs ...
     assert float(summary["buffers_spread_at_eval"]) == 0.0, summary
@@ -117,7 +110,7 @@ def test_three_ranks_under_open_mpi():
 def test_single_process_plain_batchnorm_is_the_reference(variant):
     """One process: its batch is the global batch, so both variants match the reference."""
     result = python(SCRIPT, "--variant", variant, "--epochs", "1")
-    summary = summary_of(result)
+    summary = result.clean_summary()
     assert summary["world_size"] == "1" and summary["launcher"] == "none"
     assert summary["norm"] == ("BatchNorm1d" if variant == "bad" else "AllReduceBatchNorm")
     assert summary["matches_reference"] == "yes" and summary["eval_identical"] == "yes", summary

@@ -20,13 +20,6 @@ SEEDS = "11_replica_consistency/seeds_and_broadcast.py"
 TABLE_ROW = re.compile(r"^\s*(\d+)((?:\s+-?\d+\.\d{10})+)\s+(\d+\.\d{10})\s+(identical|DIFFER.*)$", re.M)
 
 
-def summary_of(result) -> dict[str, str]:
-    """The summary of a run that exited 0, printed once (by rank 0 alone)."""
-    assert result.returncode == 0, result.output
-    assert result.count("summary:") == 1, "a line printed by more than rank 0"
-    return result.summary()
-
-
 def table(result) -> list[tuple[int, list[float], float, str]]:
     """The rows of the step table: step, each rank's checksum, max |w - w0|, verdict."""
     return [(int(step), [float(c) for c in checksums.split()], float(difference), verdict)
@@ -36,7 +29,7 @@ def table(result) -> list[tuple[int, list[float], float, str]]:
 def test_pitfall_model_module_lets_the_replicas_drift_apart():
     bad_run = torchrun(2, BYPASS, "--variant", "bad")
     good_run = torchrun(2, BYPASS, "--variant", "good")
-    bad, good = summary_of(bad_run), summary_of(good_run)
+    bad, good = bad_run.clean_summary(), good_run.clean_summary()
     for summary in (bad, good):
         assert summary["world_size"] == "2" and summary["launcher"] == "torchrun", summary
         assert summary["steps"] == "8", summary  # 256 samples / 2 ranks / 32 per batch x 2 epochs
@@ -63,8 +56,8 @@ def test_pitfall_model_module_lets_the_replicas_drift_apart():
 
 
 def test_bypass_under_mpich_checked_every_other_step():
-    summary = summary_of(mpiexec("mpich", 2, BYPASS, "--variant", "bad", "--epochs", "1",
-                                 "--check-every", "2"))
+    summary = mpiexec("mpich", 2, BYPASS, "--variant", "bad", "--epochs", "1",
+                      "--check-every", "2").clean_summary()
     assert summary["launcher"] == "mpich" and summary["world_size"] == "2", summary
     # 256 samples / 2 ranks / 32 per batch = 4 steps, checked at steps 0, 2 and 4.
     assert summary["steps"] == "4" and summary["identical_checks"] == "1/3", summary
@@ -74,14 +67,14 @@ def test_bypass_under_mpich_checked_every_other_step():
 
 def test_one_process_cannot_drift():
     result = python(BYPASS, "--variant", "bad")
-    summary = summary_of(result)
+    summary = result.clean_summary()
     assert summary["world_size"] == "1" and summary["identical_checks"] == "17/17", summary
     assert "one process has one replica" in result.output
 
 
 def test_ddp_broadcasts_rank_0_and_per_rank_seeds_give_per_rank_masks():
     result = mpiexec("openmpi", 2, SEEDS)
-    summary = summary_of(result)
+    summary = result.clean_summary()
     assert summary["launcher"] == "openmpi" and summary["world_size"] == "2", summary
     # Part 1: different seeds, different weights; DDP(model) copies rank 0's to every rank.
     assert summary["init_before_ddp"] == "differ" and summary["init_after_ddp"] == "identical", summary

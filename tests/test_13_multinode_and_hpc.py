@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree, mpi_env, run
+from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree, mpi_env, parse_summary, run
 
 from utils.distributed import job_port
 
@@ -86,10 +86,6 @@ def kill_leftovers():
     yield
     for job in set(Background.running) - before:
         job.kill()
-
-
-def summary_of(output: str) -> dict[str, str]:
-    return Result(0, output, 0).summary()
 
 
 # --------------------------------------------------------------------------- two nodes
@@ -158,7 +154,7 @@ def test_two_nodes_train_together_with_torchrun_c10d(two_nodes):
     endpoint = f"--rdzv-endpoint={rendezvous}:{job_port(job_id)} --rdzv-id={job_id}"
     assert endpoint in node0.output and endpoint in node1.output, (node0.output, node1.output)
     # One job of 4 ranks, 2 on each node (told apart by address), identical replicas.
-    summary = summary_of(node0.output)
+    summary = parse_summary(node0.output)
     assert summary["launcher"] == "torchrun" and summary["world_size"] == "4", summary
     assert summary["nodes"] == "2" and summary["ranks_per_node"] == "2,2", summary
     assert summary["params_identical"] == "yes", node0.output
@@ -235,7 +231,7 @@ def test_fixed_port_second_job_on_the_node_fails():
     assert first_still_running, "the first job ended before the second started: nothing collided"
     # The first job is unharmed.
     assert first_result.returncode == 0, first_result.output
-    summary = summary_of(first_result.output)
+    summary = parse_summary(first_result.output)
     assert summary["port"] == "29500" and summary["port_from"] == "MASTER_PORT", summary
     assert summary["params_identical"] == "yes"
 
@@ -254,7 +250,7 @@ def test_ports_from_the_job_both_jobs_finish():
     assert second.returncode == 0, second.output
     assert first_result.returncode == 0, first_result.output
     assert first_still_running, "the jobs did not overlap: the test proves nothing"
-    summaries = summary_of(first_result.output), summary_of(second.output)
+    summaries = parse_summary(first_result.output), parse_summary(second.output)
     assert summaries[0]["port"] == str(job_port("1001.pbs")), summaries[0]
     assert summaries[0]["port_from"] == "PBS_JOBID=1001.pbs"
     assert summaries[1]["port_from"] == "mpi_broadcast"
