@@ -11,13 +11,17 @@ BIN    := $(VENV)/bin
 # that launches it. They see the main venv's packages (torch, ...) through a .pth file.
 MPIS   := openmpi mpich
 
-.PHONY: quickstart test lint docs serve outputs clean
+.PHONY: quickstart test test-quick lint docs serve outputs clean
 
 quickstart: $(VENV)/.installed
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
 
 test: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 	$(BIN)/python -m pytest
+
+# The inner loop (a few minutes): tests that launch nothing, one launch of each chapter's pitfall.
+test-quick: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
+	$(BIN)/python -m pytest -m quick
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

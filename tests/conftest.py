@@ -147,3 +147,65 @@ def mpiexec(mpi: str, n: int, path: str, *args: str, launcher_args: tuple[str, .
     extra = ["--oversubscribe"] if mpi == "openmpi" else []
     cmd = ["mpiexec", "-n", str(n), *extra, *launcher_args, "python", script(path), *args]
     return run(cmd, env=env, timeout=timeout)
+
+
+_CAPTURED_RUNS: dict[str, Result] = {}
+
+
+def captured_run(name: str) -> Result:
+    """The fresh run of the command captured in docs/outputs/<name>, run once per session:
+    test_site compares it with the capture, and the chapter's tests assert on the same run
+    (one launch, many checks). Its output is what the page shows: launcher log lines dropped."""
+    from captured_outputs import OUTPUTS, read, run_command
+
+    if name not in _CAPTURED_RUNS:
+        import time
+
+        command, _ = read(OUTPUTS / name)
+        start = time.monotonic()
+        code, output = run_command(command)
+        for sign in TEARDOWN_FAILURES:
+            assert sign not in output, f"teardown problem ({sign!r}) in: {command}\n{output}"
+        _CAPTURED_RUNS[name] = Result(code, output, time.monotonic() - start)
+    return _CAPTURED_RUNS[name]
+
+
+# `make test-quick` (pytest -m quick): the tests that launch nothing, and one launch of each
+# chapter's pitfall, for the inner loop. `make test` runs everything, quick ones included.
+QUICK_FILES = {"test_distributed_setup.py", "test_captured_outputs.py", "test_harness.py"}
+QUICK_TESTS = {
+    "test_01_data_parallel_ddp.py::test_pitfall_without_sampler_every_rank_trains_on_everything",
+    "test_02_collectives.py::test_pitfall_skipped_all_reduce_times_out_and_the_fix_completes",
+    "test_03_distributed_sampler.py::test_without_set_epoch_every_epoch_repeats_the_order_with_set_epoch_it_changes",
+    "test_04_logging_and_checkpoints.py::test_bad_saves_module_keys_and_a_plain_model_cannot_load_them",
+    "test_05_gradient_accumulation.py::test_pitfall_without_no_sync_all_reduces_every_micro_batch",
+    "test_06_mixed_precision.py::test_pitfall_fp16_without_grad_scaler_underflows_and_stalls",
+    "test_07_batchnorm_and_buffers.py::test_pitfall_plain_batchnorm_keeps_per_rank_statistics",
+    "test_08_unused_parameters.py::test_bad_raises_pytorchs_error_and_the_replicas_already_differ",
+    "test_09_uneven_inputs.py::test_pitfall_hangs_until_the_timeout_and_join_finishes",
+    "test_10_communication_overlap.py::test_pitfall_tiny_buckets_all_reduce_every_tensor_alone",
+    "test_11_replica_consistency.py::test_pitfall_model_module_lets_the_replicas_drift_apart",
+    "test_13_debugging.py::test_hang_timeout_ends_it_and_detail_names_the_rank_that_did_not_arrive",
+    "test_site.py::test_mkdocs_build_strict",
+    "test_site.py::test_every_script_folder_has_its_chapter_in_the_nav",
+    "test_site.py::test_numbers_on_a_page_come_from_its_captured_outputs",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the quick tests; a name in QUICK_TESTS that no longer exists is an error, and so
+    is a chapter without one, so test-quick cannot silently lose a chapter."""
+    found = set()
+    for item in items:
+        path = Path(str(item.fspath))
+        key = f"{path.name}::{item.originalname}"
+        if path.name in QUICK_FILES or key in QUICK_TESTS:
+            item.add_marker(pytest.mark.quick)
+            found.add(key)
+    if config.getoption("-m") == "quick" and not config.getoption("keyword"):
+        missing = QUICK_TESTS - found
+        chapters = {p.name[5:-3] for p in (REPO / "tests").glob("test_[0-9][0-9]_*.py")}
+        without = {c for c in chapters if not any(key.startswith(f"test_{c[:2]}_") for key in QUICK_TESTS)}
+        if missing or without:
+            raise pytest.UsageError(f"QUICK_TESTS names tests that do not exist: {sorted(missing)}; "
+                                    f"chapters without a quick test: {sorted(without)}")
