@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python, torchrun
 
 SHUFFLE = "03_distributed_sampler/set_epoch_shuffling.py"
 EVAL = "03_distributed_sampler/distributed_eval.py"
@@ -26,8 +26,8 @@ def fingerprints(result) -> list[list[str]]:
 
 # ------------------------------------------------------------------ pitfall 1: set_epoch
 def test_without_set_epoch_every_epoch_repeats_the_order_with_set_epoch_it_changes():
-    bad = torchrun(2, SHUFFLE, "--variant", "bad")
-    good = torchrun(2, SHUFFLE, "--variant", "good")
+    bad = captured_run("03_set_epoch_bad.txt")  # the runs the page shows
+    good = captured_run("03_set_epoch_good.txt")
     bad_prints, good_prints = fingerprints(bad), fingerprints(good)
     assert all(len(epoch) == 2 for epoch in bad_prints + good_prints), "one fingerprint per rank"
     # bad: each rank draws the very same order in every epoch ...
@@ -68,8 +68,8 @@ def eval_summary(result) -> dict[str, str]:
 
 
 def test_padded_duplicates_skew_the_accuracy_and_exact_counting_matches_one_process():
-    bad = eval_summary(torchrun(4, EVAL, "--variant", "bad"))
-    good_result = torchrun(4, EVAL, "--variant", "good")
+    bad = eval_summary(captured_run("03_eval_bad.txt"))  # torchrun, 4 ranks: the runs the page shows
+    good_result = captured_run("03_eval_good.txt")
     good = eval_summary(good_result)
     single = eval_summary(python(EVAL, "--variant", "good"))
     # The reference is the same in every run, and is what one process computes.

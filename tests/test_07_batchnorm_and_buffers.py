@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python
 
 SCRIPT = "07_batchnorm_and_buffers/batchnorm_ddp.py"
 REFERENCE_TOLERANCE = 1e-5
@@ -52,7 +52,7 @@ def assert_global_batch_statistics(result, world_size: int, launcher: str) -> di
 
 @pytest.fixture(scope="module")
 def bad_run():
-    return torchrun(2, SCRIPT, "--variant", "bad")
+    return captured_run("07_batchnorm_bad.txt")  # torchrun, 2 ranks: the run the page shows
 
 
 def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
@@ -74,14 +74,14 @@ def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
         assert float(bad[key]) > 1e-3, (key, bad)
     assert bad["matches_reference"] == "no"
 
-    good_run = torchrun(2, SCRIPT, "--variant", "good")
+    good_run = captured_run("07_batchnorm_good.txt")
     good = assert_global_batch_statistics(good_run, world_size=2, launcher="torchrun")
     # The same data, normalized alike on every rank: evaluation is better, not only consistent.
     assert accuracies(good)[0] > max(accuracies(bad)) + 5, (good, bad)
 
 
 def test_default_broadcast_buffers_gives_every_rank_rank_0s_statistics(bad_run):
-    result = torchrun(2, SCRIPT, "--variant", "bad", "--broadcast-buffers", "yes")
+    result = captured_run("07_batchnorm_broadcast.txt")
     summary = result.clean_summary()
     assert summary["broadcast_buffers"] == "yes"
     # Consistent: every rank evaluated with the same buffers and gave the same outputs ...

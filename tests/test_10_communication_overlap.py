@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from conftest import mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python
 
 BUCKETS = "10_communication_overlap/bucket_size.py"
 SWEEP = "10_communication_overlap/bucket_sweep.py"
@@ -26,8 +26,8 @@ def seconds(value: str) -> float:
 
 
 def test_pitfall_tiny_buckets_all_reduce_every_tensor_alone():
-    bad = summary_of(torchrun(2, BUCKETS, "--variant", "bad"), launcher="torchrun", world_size=2)
-    good_run = torchrun(2, BUCKETS, "--variant", "good")
+    bad = summary_of(captured_run("10_buckets_bad.txt"), launcher="torchrun", world_size=2)  # the page's runs
+    good_run = captured_run("10_buckets_good.txt")
     good = summary_of(good_run, launcher="torchrun", world_size=2)
     assert bad["tensors"] == good["tensors"] == str(TENSORS)
     # bad: every gradient tensor is a bucket, so one all-reduce each, every step ...
