@@ -92,7 +92,7 @@ TORCH_VERSION = re.search(r"__version__ = '([^']+)'", (TORCH / "version.py").rea
 # Where DDP's Python code, its C++ headers and the bindings' stubs live.
 SOURCE_DIRS = ["distributed", "nn", "amp", "optim", "profiler", "utils/data", "_C",
                "include/torch/csrc/distributed"]
-CITATION = re.compile(r"\(torch (\d+\.\d+): (.*?)\)(?=[\s.,;:]|$)", re.S)
+CITATION_START = re.compile(r"\(torch\s+(\d+\.\d+):\s")
 IDENTIFIER_PATH = re.compile(r"^[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)*(?:\(\))?$")
 
 
@@ -160,12 +160,27 @@ def resolves(token: str) -> bool:
     return any(token in text for text in sources.values())  # e.g. `self.training`
 
 
+def _up_to_closing_parenthesis(text: str, start: int) -> str:
+    """The text from `start` to the parenthesis that closes the one opened before it
+    (parentheses inside `code` and inside links do not count)."""
+    depth, in_code = 1, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if char == "`":
+            in_code = not in_code
+        elif not in_code and char in "()":
+            depth += 1 if char == "(" else -1
+            if depth == 0:
+                return text[start:index]
+    return text[start:]
+
+
 def citations(text: str) -> list[tuple[int, str, str]]:
     """(line, torch version, backticked name) of every "(torch X.Y: ...)" in a page."""
     found = []
-    for match in CITATION.finditer(text):
+    for match in CITATION_START.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
-        for name in re.findall(r"`([^`]+)`", match.group(2)):
+        for name in re.findall(r"`([^`]+)`", _up_to_closing_parenthesis(text, match.end())):
             found.append((line, match.group(1), name))
     return found
 
@@ -175,7 +190,8 @@ def test_the_citation_checker_rejects_what_torch_lacks():
     assert resolves("torch.distributed.run.run") and resolves("default_hooks._compress_hook")
     assert not resolves("DistributedDataParallel._sync_buffers_twice")
     assert not resolves("Join.notify_join_contexts") and not resolves("torch.distributed.runner.run")
-    assert citations("x (torch 2.14: `A.b`, `c`).\n") == [(1, "2.14", "A.b"), (1, "2.14", "c")]
+    assert citations("x (torch 2.14: `A.b`, `c(x)`, [y](z.md)).\n(torch 2.14:\n`d`) `e`)") == [
+        (1, "2.14", "A.b"), (1, "2.14", "c(x)"), (2, "2.14", "d")]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
