@@ -3,8 +3,10 @@
 # scripts/slurm_common.sh (which hold the parameters: VENV, MODULES, NPROC_PER_NODE), and by
 # scripts/13_multinode_and_hpc/torchrun_node.sh for job_port and processes_per_node.
 
-# job_port JOB_ID: a port derived from the job id (its last 9 digits), in 15000-31999, so
-# two jobs on one node never share one. utils/distributed.py's job_port() is the same.
+# job_port JOB_ID: a port derived from the job id (its last 9 digits modulo 17000), in
+# 15000-31999, so two jobs on one node get different ports unless their ids differ by a
+# multiple of 17000 (docs/launchers.md, "Where rank 0 listens", says what happens then).
+# utils/distributed.py's job_port() is the same.
 job_port() {
     local digits
     digits=$(printf '%s' "$1" | tr -cd '0-9' | tail -c 9)

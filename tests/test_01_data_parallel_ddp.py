@@ -88,6 +88,15 @@ def test_dataloader_single_process_and_mpi():
     assert loader_summary(mpiexec("openmpi", 2, LOADER))["padded"] == "1"
 
 
+def test_dataloader_workers_start_with_forkserver_and_draw_the_same_shards():
+    """The GPU setting (worker processes, started with forkserver as DDP's docs ask for
+    NCCL) hands out exactly the samples of the loader without workers."""
+    plain, workers = python(LOADER), python(LOADER, "--num-workers", "2")
+    assert "num_workers=2" in workers.output
+    epochs = [[ln for ln in r.output.splitlines() if ln.startswith("epoch ")] for r in (plain, workers)]
+    assert loader_summary(workers) == loader_summary(plain) and epochs[0] == epochs[1] and epochs[0]
+
+
 def test_help_shows_the_launch_commands():
     result = python(BASIC, "--help")
     assert result.returncode == 0

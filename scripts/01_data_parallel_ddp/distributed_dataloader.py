@@ -52,13 +52,15 @@ def main() -> None:
     # --8<-- [start:loader]
     # 2. The loader settings that matter on GPUs: worker processes prepare batches while
     #    the GPU computes, and pinned (page-locked) memory makes host-to-GPU copies faster.
+    #    Workers start with forkserver, not fork: NCCL is not fork-safe (DDP's docs).
     on_gpu = ctx.device.type == "cuda"
     num_workers = args.num_workers if args.num_workers is not None else (2 if on_gpu else 0)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
                         num_workers=num_workers, pin_memory=on_gpu,
-                        persistent_workers=num_workers > 0)
+                        persistent_workers=num_workers > 0,
+                        multiprocessing_context="forkserver" if num_workers > 0 else None)
     # --8<-- [end:loader]
     print0(f"world_size={ctx.world_size} samples={len(dataset)} batch_size={args.batch_size} "
            f"num_workers={num_workers} pin_memory={on_gpu}")

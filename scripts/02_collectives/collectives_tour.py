@@ -80,8 +80,9 @@ def main() -> None:
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     largest = start.clone()
     dist.all_reduce(largest, op=dist.ReduceOp.MAX)
-    # The average, the way DDP averages gradients: SUM, then divide by the world size.
-    # (nccl also offers ReduceOp.AVG; gloo only in recent PyTorch releases.)
+    # The average: SUM, then divide by the world size. (DDP divides each gradient by the
+    # world size first, as it fills its buckets, then all-reduces with SUM.)
+    # (nccl also offers ReduceOp.AVG; gloo only from torch 2.8 on.)
     mean = start.clone()
     dist.all_reduce(mean, op=dist.ReduceOp.SUM)
     mean /= world
@@ -119,7 +120,7 @@ def main() -> None:
     my_sum = torch.zeros(1, device=ctx.device)
     try:
         dist.reduce_scatter(my_sum, chunks, op=dist.ReduceOp.SUM)
-    except RuntimeError as error:  # gloo in older PyTorch releases has no reduce_scatter
+    except RuntimeError as error:  # gloo before torch 2.8 has no reduce_scatter
         if "does not support" not in str(error):
             raise
         summed = torch.cat(chunks)  # the same result for twice the traffic: sum all, keep mine

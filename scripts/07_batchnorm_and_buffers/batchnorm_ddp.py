@@ -23,8 +23,9 @@ Run it:
 
 The pitfall (--variant bad): plain BatchNorm. With broadcast_buffers=False the running
 statistics differ by rank, so the same model evaluates differently on each rank. With DDP's
-default, broadcast_buffers=True (--broadcast-buffers yes), every forward through the wrapper
-first copies rank 0's buffers to every rank: the ranks agree, on rank 0's shard's statistics.
+default, broadcast_buffers=True (--broadcast-buffers yes), a forward through the wrapper
+first copies rank 0's buffers to every rank (when the forward before it was a training one):
+the ranks agree, on rank 0's shard's statistics.
 The fix (--variant good): SyncBatchNorm, whose statistics are the global batch's. On GPUs
 that is torch.nn.SyncBatchNorm; it refuses CPU tensors, so on CPUs the script uses
 AllReduceBatchNorm from utils/batchnorm.py, which computes the same, and says which ran.
@@ -61,8 +62,9 @@ def parse_args():
     parser.add_argument("--eval-samples", type=int, default=512,
                         help="held-out samples every rank evaluates (default: %(default)s)")
     parser.add_argument("--broadcast-buffers", choices=["no", "yes"], default="no",
-                        help="DDP's broadcast_buffers: yes copies rank 0's buffers to every rank at each "
-                        "forward (DDP's own default); no leaves each rank its own (default: %(default)s)")
+                        help="DDP's broadcast_buffers: yes copies rank 0's buffers to every rank "
+                        "before each training forward (DDP's own default); no leaves each rank its "
+                        "own (default: %(default)s)")
     add_variant_arg(parser, bad="plain BatchNorm: each rank its own statistics",
                     good="SyncBatchNorm: the global batch's statistics")
     args = parser.parse_args()
