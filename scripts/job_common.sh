@@ -3,6 +3,16 @@
 # scripts/slurm_common.sh (which hold the parameters: VENV, MODULES, NPROC_PER_NODE), and by
 # scripts/13_multinode_and_hpc/torchrun_node.sh for job_port and processes_per_node.
 
+# The site's own settings (modules, NCCL and libfabric variables), when it has written them:
+# scripts/site_env.sh, or the file SITE_ENV names. scripts/site_env.example.sh shows what
+# goes in it.
+SITE_ENV="${SITE_ENV:-$(dirname "${BASH_SOURCE[0]}")/site_env.sh}"
+if [[ -f "$SITE_ENV" ]]; then
+    echo "site settings: $SITE_ENV"
+    # shellcheck source=scripts/site_env.example.sh
+    source "$SITE_ENV"
+fi
+
 # job_port JOB_ID: a port derived from the job id (its last 9 digits), in 15000-31999, so
 # two jobs on one node never share one. utils/distributed.py's job_port() is the same.
 job_port() {

@@ -116,3 +116,31 @@ def test_srun_steps_get_the_jobs_cpus_per_task(fake_node):
     assert "srun_cpus=8" in run(cmd, env=env, timeout=30).output
     env["CPU_BIND"] = "none"
     assert "srun_cpus=\n" in run(cmd, env=env, timeout=30).output
+
+
+# ---- scripts/site_env.sh: the site's settings, sourced by every job script when present
+def test_site_file_reaches_every_rank(tmp_path):
+    """A site file (SITE_ENV) that sets a module list and NCCL/libfabric variables: the
+    job says it read it, and where_am_i.py's ranks see the variables."""
+    site = tmp_path / "site_env.sh"
+    site.write_text('MODULES="${MODULES:-}"\nexport NCCL_SOCKET_IFNAME==lo FI_PROVIDER=tcp\n')
+    (tmp_path / "nodes").write_text("localhost\n")
+    env = clean_env(PBS_NODEFILE=str(tmp_path / "nodes"), PBS_JOBID="31.pbs", SITE_ENV=str(site),
+                    NPROC_PER_NODE="2", HOME=str(tmp_path))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    result = run(["bash", "-c", "source scripts/pbs_common.sh && "
+                  "launch_torchrun scripts/13_multinode_and_hpc/where_am_i.py"], env=env, timeout=120)
+    assert result.returncode == 0, result.output
+    assert f"site settings: {site}" in result.output
+    assert result.count("variables FI_PROVIDER=tcp NCCL_SOCKET_IFNAME==lo") == 2, result.output
+    assert result.count("nccl_interface lo 127.0.0.1 (NCCL_SOCKET_IFNAME==lo)") == 2
+
+
+def test_without_a_site_file_nothing_is_sourced_and_the_example_sets_nothing(tmp_path):
+    env = clean_env(HOME=str(tmp_path), NPROC_PER_NODE="1", SITE_ENV=str(tmp_path / "absent.sh"))
+    show = "source scripts/pbs_common.sh >/dev/null; env | grep -E '^(NCCL|FI|GLOO)_' | sort"
+    plain = run(["bash", "-c", show], env=env, timeout=30)
+    assert "site settings" not in plain.output
+    env["SITE_ENV"] = "scripts/site_env.example.sh"  # every line of the example is commented out
+    example = run(["bash", "-c", show], env=env, timeout=30)
+    assert example.output.replace("site settings: scripts/site_env.example.sh\n", "") == plain.output
