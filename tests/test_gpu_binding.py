@@ -169,3 +169,27 @@ def test_the_guard_as_a_user_meets_it(fake_nvidia_smi):
     assert "the NVIDIA driver is 550.54.15" in last and "--backend gloo" in last
     forced = python(BASIC, "--epochs", "1", "--backend", "gloo", env=env, timeout=90)
     assert forced.clean_summary()["world_size"] == "1"
+
+
+# ---- failure demonstrations: a gloo side group under nccl (utils/distributed.py)
+def test_failure_demonstrations_run_over_gloo_on_cpu_tensors_under_nccl():
+    import dataclasses
+    import datetime
+
+    import torch.distributed as dist
+
+    from utils.distributed import DistributedContext, timeout_group
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30))
+    try:
+        gpu_job = DistributedContext(rank=0, local_rank=0, world_size=1, local_world_size=1,
+                                     device=torch.device("cuda", 0), backend="nccl", launcher="torchrun")
+        group, device = timeout_group(gpu_job, 5.0, expect_failure=True)
+        assert (dist.get_backend(group), device) == ("gloo", torch.device("cpu"))
+        assert dist.get_backend(timeout_group(gpu_job, 5.0)[0]) == "gloo"  # the job's: gloo here
+        assert timeout_group(gpu_job, 5.0)[1] == torch.device("cuda", 0)  # its device: the GPU
+        cpu_job = dataclasses.replace(gpu_job, device=torch.device("cpu"), backend="gloo")
+        assert timeout_group(cpu_job, 5.0, expect_failure=True)[1] == torch.device("cpu")
+    finally:
+        dist.destroy_process_group()

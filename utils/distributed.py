@@ -540,6 +540,26 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
     )
 
 
+def timeout_group(ctx: DistributedContext, timeout_s: float, *,
+                  expect_failure: bool = False) -> tuple[dist.ProcessGroup, torch.device]:
+    """A process group of every rank whose collectives give up after ``timeout_s``, and the
+    device its tensors must live on.
+
+    Normally a new group of the job's backend, on ``ctx.device``. With ``expect_failure``
+    (a script's demonstration of a hang or a mismatch) under nccl: a gloo group on CPU
+    tensors instead, because under nccl a collective that times out is not an exception
+    (NCCL's watchdog thread ends the process: SIGABRT with TORCH_NCCL_ASYNC_ERROR_HANDLING's
+    default, 3), and collectives that do not match (sizes, dtypes, a barrier against an
+    all-reduce) are undefined behaviour in NCCL: wrong data or a hang, not an error. The
+    demonstrations are about the order of the calls, which gloo shows the same way on
+    every machine. (A barrier of the returned group waits on CPU tensors too.)
+    """
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if expect_failure and ctx.backend == "nccl":
+        return dist.new_group(timeout=timeout, backend="gloo"), torch.device("cpu")
+    return dist.new_group(timeout=timeout), ctx.device
+
+
 def cleanup_distributed() -> None:
     """Wait for every rank, then leave the process group (safe without a group).
 
