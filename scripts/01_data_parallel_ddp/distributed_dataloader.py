@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from utils.cli import add_training_args, make_parser
+from utils.data import make_loader
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
@@ -31,7 +32,7 @@ def parse_args():
                         help="data set size; 11 divides evenly by few world sizes, so padding "
                         "shows (default: %(default)s)")
     parser.add_argument("--num-workers", type=int, default=None,
-                        help="DataLoader worker processes per rank (default: 2 on GPU, 0 on CPU)")
+                        help="DataLoader worker processes per rank (default: up to 4 on GPU, 0 on CPU)")
     return parser.parse_args()
 
 
@@ -51,17 +52,15 @@ def main() -> None:
 
     # --8<-- [start:loader]
     # 2. The loader settings that matter on GPUs: worker processes prepare batches while
-    #    the GPU computes, and pinned (page-locked) memory makes host-to-GPU copies faster.
-    on_gpu = ctx.device.type == "cuda"
-    num_workers = args.num_workers if args.num_workers is not None else (2 if on_gpu else 0)
+    #    the GPU computes, and pinned (page-locked) memory makes host-to-GPU copies
+    #    asynchronous. utils/data.py's make_loader() chooses them from the device.
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
-                        num_workers=num_workers, pin_memory=on_gpu,
-                        persistent_workers=num_workers > 0)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler,
+                         num_workers=args.num_workers, local_world_size=ctx.local_world_size)
     # --8<-- [end:loader]
     print0(f"world_size={ctx.world_size} samples={len(dataset)} batch_size={args.batch_size} "
-           f"num_workers={num_workers} pin_memory={on_gpu}")
+           f"num_workers={loader.num_workers} pin_memory={loader.pin_memory}")
 
     # --8<-- [start:epochs]
     # 3. Shards per epoch: set_epoch(e) seeds the shuffle with seed + e, so every rank

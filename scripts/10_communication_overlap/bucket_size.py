@@ -35,11 +35,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.comm import AllReduceCounter, counting_allreduce_hook
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import Clock, synchronized_clock
 
@@ -120,7 +120,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
     if len(loader) * args.epochs <= WARM_UP_STEPS:
         raise SystemExit(f"{len(loader) * args.epochs} steps per rank are too few to see DDP's final "
                          f"buckets (they settle after step {WARM_UP_STEPS}): use more --num-samples "
@@ -172,7 +172,8 @@ def main() -> None:
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             calls_before = times.counter.calls
             times.launched.clear()
             times.finished.clear()
