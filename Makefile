@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make quickstart   set up .venv from requirements.txt, run chapter 01 on 2 CPU processes
 #   make test         set up everything the tests need, then run the whole suite
+# make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl on all visible
+#                   GPUs; skipped, with the reason, without CUDA and 2 GPUs
 # Other targets: make docs (build the site into site/), make serve, make lint,
 # make outputs (re-capture docs/outputs/*.txt and docs/images/, the runs the chapters show), make clean.
 
@@ -11,7 +13,7 @@ BIN    := $(VENV)/bin
 # that launches it. They see the main venv's packages (torch, ...) through a .pth file.
 MPIS   := openmpi mpich
 
-.PHONY: quickstart test test-quick lint docs serve outputs clean
+.PHONY: quickstart test test-quick test-gpu lint docs serve outputs clean
 
 quickstart: $(VENV)/.installed
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
@@ -22,6 +24,9 @@ test: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 # The inner loop (a few minutes): tests that launch nothing, one launch of each chapter's pitfall.
 test-quick: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 	$(BIN)/python -m pytest -m quick
+
+test-gpu: $(VENV)/.dev-installed
+	$(BIN)/python -m pytest -m gpu
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

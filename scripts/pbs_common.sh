@@ -6,14 +6,24 @@
 # (qsub -v NPROC_PER_NODE=2 ...). Nothing site-specific is hard-coded below them.
 #   VENV            virtual environment to activate      (default: $REPO_DIR/.venv, if present)
 #   MODULES         modules to load first, space-separated, e.g. "cuda/12.4 gcc" (default: none)
-#   NPROC_PER_NODE  processes per node                     (default: GPUs on the node, else 2)
+#   NPROC_PER_NODE  processes per node     (default: the GPUs this job may use on the node:
+#                   CUDA_VISIBLE_DEVICES, else nvidia-smi; without GPUs, 2)
 #   NODE_LAUNCHER   starts one command on every node of a multi-node job
 #                   (default: "mpiexec -n NNODES --ppn 1", as PBS Pro's Cray PALS and MPICH
-#                   take it; with Open MPI use "mpiexec -n NNODES --map-by ppr:1:node")
+#                   take it; "mpiexec -n NNODES --map-by ppr:1:node" with Open MPI)
 #   RANK_LAUNCHER   starts every rank, NPROC_PER_NODE on each node, for launch_mpiexec
 #                   (default: "mpiexec -n NNODES*NPROC_PER_NODE --ppn NPROC_PER_NODE", as
-#                   Cray PALS and MPICH take it; with Open MPI use
-#                   "mpiexec -n <total> --map-by ppr:<per node>:node")
+#                   Cray PALS and MPICH take it; "--map-by ppr:<per node>:node" with Open MPI)
+#   CPU_BIND        auto (default): binding options added to the launcher lines, so that
+#                   each process gets its share of the node's cores (NCPUS): a per-node
+#                   torchrun all of them (Open MPI --bind-to none, MPICH -bind-to none,
+#                   PALS --depth=NCPUS --cpu-bind depth), a rank NCPUS/NPROC_PER_NODE (Open
+#                   MPI --map-by ppr:N:node:PE=C --bind-to core, MPICH -bind-to core:C,
+#                   PALS --depth=C --cpu-bind depth). none: the MPI's own defaults. A
+#                   launcher line that already binds (--bind-to, --map-by, --cpu-bind,
+#                   --depth) is left as it is.
+#   CPUS_PER_RANK   cores per rank for CPU_BIND=auto        (default: NCPUS / NPROC_PER_NODE)
+#   MPI_FLAVOR      openmpi, mpich or pals: which mpiexec this is (default: from its --version)
 #
 # It then sets (and exports):
 #   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
@@ -31,12 +41,16 @@ MODULES="${MODULES:-}"
 NPROC_PER_NODE="${NPROC_PER_NODE:-}"
 NODE_LAUNCHER="${NODE_LAUNCHER:-}"
 RANK_LAUNCHER="${RANK_LAUNCHER:-}"
+CPU_BIND="${CPU_BIND:-auto}"
+CPUS_PER_RANK="${CPUS_PER_RANK:-}"
+MPI_FLAVOR="${MPI_FLAVOR:-}"
 
 # shellcheck source=scripts/job_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/job_common.sh"
 setup_job pbs_common.sh
 
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}] x ${NPROC_PER_NODE} process(es); master ${MASTER_ADDR}:${MASTER_PORT}"
+backend_note
 
 # launch_torchrun SCRIPT [ARGS...]: one torchrun per node; each starts NPROC_PER_NODE ranks.
 launch_torchrun() {
@@ -46,7 +60,7 @@ launch_torchrun() {
         cmd=(torchrun --standalone --nproc_per_node="$NPROC_PER_NODE" "$@")
     else
         local -a node_launcher
-        read -r -a node_launcher <<< "${NODE_LAUNCHER:-mpiexec -n $NNODES --ppn 1}"
+        read -r -a node_launcher <<< "$(node_launcher_line)"
         cmd=("${node_launcher[@]}" torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
              --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
     fi
@@ -57,8 +71,7 @@ launch_torchrun() {
 # launch_mpiexec SCRIPT [ARGS...]: mpiexec alone starts every rank (one per GPU), no torchrun.
 launch_mpiexec() {
     local -a rank_launcher
-    read -r -a rank_launcher <<< \
-        "${RANK_LAUNCHER:-mpiexec -n $((NNODES * NPROC_PER_NODE)) --ppn $NPROC_PER_NODE}"
+    read -r -a rank_launcher <<< "$(rank_launcher_line)"
     local -a cmd=("${rank_launcher[@]}" python "$@")
     echo "+ ${cmd[*]}"
     "${cmd[@]}"

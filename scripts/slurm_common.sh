@@ -7,7 +7,10 @@
 # GPUs and time belong on the sbatch line (sbatch -A ... -p ... --gpus-per-node=4 ...).
 #   VENV            virtual environment to activate      (default: $REPO_DIR/.venv, if present)
 #   MODULES         modules to load first, space-separated, e.g. "cuda/12.4 gcc" (default: none)
-#   NPROC_PER_NODE  processes each torchrun starts        (default: GPUs on the node, else 2)
+#   NPROC_PER_NODE  processes each torchrun starts  (default: the GPUs this job may use on the
+#                   node: CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; else 2)
+#   CPU_BIND        auto (default): srun steps get the job's --cpus-per-task (exported as
+#                   SRUN_CPUS_PER_TASK, which srun reads); none: srun's own default
 #
 # It then sets (and exports):
 #   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
@@ -32,6 +35,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/job_common.sh"
 setup_job slurm_common.sh
 
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}], tasks per node ${SLURM_TASKS_PER_NODE:-?}; master ${MASTER_ADDR}:${MASTER_PORT}"
+backend_note
+# srun does not pass the job's --cpus-per-task on to its steps (Slurm 22.05 and later); it
+# reads SRUN_CPUS_PER_TASK. Without it, every task of a step, a torchrun with its ranks and
+# their loader workers included, may get a single core. CPU_BIND=none leaves it unset.
+if [[ "${CPU_BIND:-auto}" == auto && -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
+    export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
+fi
 
 # launch_torchrun SCRIPT [ARGS...]: srun starts one torchrun on each node (one task per
 # node), and the torchruns meet at the first node (c10d rendezvous) and start the ranks.

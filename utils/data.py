@@ -1,9 +1,20 @@
-"""Synthetic data sets: nothing to download, identical on every rank for a given seed."""
+"""Synthetic data sets (nothing to download, identical on every rank for a given seed), and
+the one place that knows DataLoader settings for CPUs and GPUs (make_loader)."""
 
 from __future__ import annotations
 
+import os
+
 import torch
-from torch.utils.data import TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    TensorDataset,
+)
 
 
 def synthetic_classification(
@@ -19,3 +30,44 @@ def synthetic_classification(
     teacher = torch.randn(num_features, num_classes, generator=generator)
     labels = (inputs @ teacher).argmax(dim=1)
     return TensorDataset(inputs, labels)
+
+
+def loader_workers(device: torch.device, local_world_size: int | None = None) -> int:
+    """Worker processes per rank: none on a CPU (the ranks already use the cores, and the
+    tutorial's data sets are tensors in memory), else up to 4 on a GPU, within this rank's
+    share of the CPUs it may run on, one core left for the training process itself."""
+    if device.type != "cuda":
+        return 0
+    ranks_here = local_world_size or max(1, torch.cuda.device_count())
+    share = len(os.sched_getaffinity(0)) // ranks_here
+    return max(1, min(4, share - 1))
+
+
+# --8<-- [start:make_loader]
+def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, sampler: Sampler | None = None,
+                shuffle: bool = False, drop_last: bool = False, generator: torch.Generator | None = None,
+                num_workers: int | None = None, local_world_size: int | None = None) -> DataLoader:
+    """A DataLoader with the settings for `device`; batches in the same order as
+    ``DataLoader(dataset, batch_size, sampler=..., shuffle=..., drop_last=...)``.
+
+    - Whole batches at once: the sampler's indices are grouped first (BatchSampler) and
+      the data set is indexed with each group, one indexing operation per batch instead of
+      batch_size __getitem__ calls and a stack (TensorDataset and Subset take a list of
+      indices). The time per step is then the training's, not Python's batching loop's.
+    - On a GPU: worker processes prepare the next batches while the GPU computes
+      (loader_workers), kept alive across epochs (persistent_workers), started with
+      "forkserver" (a worker forked from a process that holds CUDA and NCCL state
+      inherits it, which CUDA does not support), and pinned (page-locked) memory, so
+      that ``tensor.to(device, non_blocking=True)`` copies asynchronously.
+    - On a CPU: everything in the training process, nothing pinned.
+    """
+    on_gpu = device.type == "cuda"
+    if sampler is None:
+        sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+    workers = loader_workers(device, local_world_size) if num_workers is None else num_workers
+    return DataLoader(
+        dataset, batch_size=None, sampler=BatchSampler(sampler, batch_size, drop_last),
+        num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0,
+        multiprocessing_context="forkserver" if workers > 0 else None,
+    )
+# --8<-- [end:make_loader]

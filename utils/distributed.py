@@ -303,25 +303,125 @@ def _agree_over_mpi(info: LaunchInfo, addr: str | None, port: int | None) -> tup
     return world.bcast(proposal, root=0)
 
 
-# --------------------------------------------------------------------------- setup
-def _pick_backend_and_device(requested: str, info: LaunchInfo) -> tuple[str, torch.device]:
+# --------------------------------------------------------------------------- device and backend
+_NO_DEVICES = ("", "-1", "none", "nodevfiles", "void")  # CUDA_VISIBLE_DEVICES values that hide every GPU
+# Scheduler variables that say "this job was given GPUs" (a count or a list of ids).
+_GPU_ALLOCATION_VARIABLES = (
+    "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS", "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_SOCKET", "NGPUS", "PBS_NGPUS",
+)
+
+
+def visible_device_index(local_rank: int, local_world_size: int | None, visible: int,
+                         env: Mapping[str, str] | None = None) -> int:
+    """Which of the GPUs this process can see it uses (an index for ``cuda:<index>``).
+
+    * one GPU visible: that one, whatever the local rank. Sites that bind one GPU per task
+      (Slurm ``--gpus-per-task=1`` or ``--gpu-bind=single:1``/``closest``, cgroup-constrained
+      GRES, Cray ``set_gpu_rank``-style wrappers, per-rank affinity scripts) show every rank
+      its own GPU as device 0;
+    * at least as many visible as this node's ranks: the one at the local rank's index
+      (every rank sees all of the node's GPUs, as under torchrun);
+    * otherwise: an error that names CUDA_VISIBLE_DEVICES and the counts.
+    """
+    env = os.environ if env is None else env
+    if visible == 1:
+        return 0
+    enough = local_rank < visible and (local_world_size is None or local_world_size <= visible)
+    if visible > 1 and enough:
+        return local_rank
+    shown = env.get("CUDA_VISIBLE_DEVICES")
+    cvd = "CUDA_VISIBLE_DEVICES is not set" if shown is None else f"CUDA_VISIBLE_DEVICES={shown!r}"
+    ranks = f"{local_world_size} processes on this node" if local_world_size else "this node's processes"
+    raise DistributedSetupError(
+        f"local rank {local_rank} of {ranks}, but this process sees {visible} GPU(s) ({cvd}). "
+        "Give every process one GPU (e.g. srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per "
+        "rank), or let every process see all of the node's GPUs and start at most one process per "
+        f"GPU (--nproc_per_node / --ppn / --ntasks-per-node <= {visible or 'the GPUs'}), "
+        "or use --backend gloo."
+    )
+
+
+def gpu_allocation_evidence(env: Mapping[str, str] | None = None) -> list[str]:
+    """What says this job was given GPUs: set variables (CUDA_VISIBLE_DEVICES naming
+    devices, Slurm's SLURM_GPUS*/SLURM_JOB_GPUS, PBS's NGPUS) and ``nvidia-smi -L`` listing
+    GPUs. Empty on a CPU machine or in a CPU-only job."""
+    env = os.environ if env is None else env
+    evidence = []
+    shown = env.get("CUDA_VISIBLE_DEVICES")
+    if shown is not None and shown.strip().lower() not in _NO_DEVICES:
+        evidence.append(f"CUDA_VISIBLE_DEVICES={shown}")
+    for name in _GPU_ALLOCATION_VARIABLES:
+        value = env.get(name, "").strip()
+        if value and value not in ("0", "(null)", "N/A"):
+            evidence.append(f"{name}={value}")
+    gpus = _nvidia_smi(env, "-L")
+    if gpus is not None:
+        count = sum(line.startswith("GPU ") for line in gpus.splitlines())
+        if count:
+            evidence.append(f"nvidia-smi lists {count} GPU(s)")
+    return evidence
+
+
+def _nvidia_smi(env: Mapping[str, str], *args: str) -> str | None:
+    """nvidia-smi's output, or None when it is missing, fails or takes over 10 s."""
+    import shutil
+    import subprocess
+
+    program = shutil.which("nvidia-smi", path=env.get("PATH", os.defpath))
+    if program is None:
+        return None
+    try:
+        done = subprocess.run([program, *args], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _why_no_cuda(env: Mapping[str, str]) -> str:
+    """Torch's CUDA version, the driver's (when nvidia-smi answers) and torch's own reason."""
+    built = torch.version.cuda
+    parts = [f"torch {torch.__version__} is " + (f"built for CUDA {built}" if built
+                                                  else "a CPU-only build (no CUDA)")]
+    driver = _nvidia_smi(env, "--query-gpu=driver_version", "--format=csv,noheader")
+    if driver and driver.strip():
+        parts.append(f"the NVIDIA driver is {driver.split()[0]}")
+    if built:
+        try:
+            torch.cuda.init()
+        except Exception as exc:  # noqa: BLE001 - its words are the diagnosis
+            reason = (str(exc).strip() or type(exc).__name__).splitlines()[0].split(". ")[0]
+            parts.append(f"torch says: {reason}")
+    return "; ".join(parts)
+
+
+def _pick_backend_and_device(requested: str, info: LaunchInfo,
+                             env: Mapping[str, str] | None = None) -> tuple[str, torch.device]:
+    env = os.environ if env is None else env
     requested = (requested or "auto").lower()
     if requested not in ("auto", "nccl", "gloo"):
         raise DistributedSetupError(f"backend {requested!r} is not one of auto, nccl, gloo.")
     backend = requested
     if backend == "auto":
+        if not torch.cuda.is_available():
+            evidence = gpu_allocation_evidence(env)
+            if evidence:  # a GPU job about to train on CPUs without a word: stop instead
+                raise DistributedSetupError(
+                    f"this job was given GPUs ({', '.join(evidence)}) but torch cannot use CUDA "
+                    f"({_why_no_cuda(env)}). Install a torch build that matches the node's driver "
+                    "(or load the site's CUDA module), or, to train on CPUs anyway, pass --backend "
+                    "gloo (or set DDP_BACKEND=gloo)."
+                )
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "gloo":
         return backend, torch.device("cpu")
     if not torch.cuda.is_available():
-        raise DistributedSetupError("backend nccl needs CUDA GPUs and none is visible: use --backend gloo.")
-    gpus = torch.cuda.device_count()
-    if info.local_rank >= gpus:
         raise DistributedSetupError(
-            f"local rank {info.local_rank} but only {gpus} GPU(s) visible on this node: start at "
-            f"most {gpus} processes per node (--nproc_per_node / --ppn), or use --backend gloo."
+            f"backend nccl needs CUDA GPUs and none is visible ({_why_no_cuda(env)}): "
+            "use --backend gloo."
         )
-    return backend, torch.device("cuda", info.local_rank)
+    index = visible_device_index(info.local_rank, info.local_world_size, torch.cuda.device_count(), env)
+    return backend, torch.device("cuda", index)
 
 
 def _check_resolvable(addr: str) -> None:
@@ -438,6 +538,26 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
         local_world_size=info.local_world_size, device=device, backend=backend,
         launcher=info.launcher,
     )
+
+
+def timeout_group(ctx: DistributedContext, timeout_s: float, *,
+                  expect_failure: bool = False) -> tuple[dist.ProcessGroup, torch.device]:
+    """A process group of every rank whose collectives give up after ``timeout_s``, and the
+    device its tensors must live on.
+
+    Normally a new group of the job's backend, on ``ctx.device``. With ``expect_failure``
+    (a script's demonstration of a hang or a mismatch) under nccl: a gloo group on CPU
+    tensors instead, because under nccl a collective that times out is not an exception
+    (NCCL's watchdog thread ends the process: SIGABRT with TORCH_NCCL_ASYNC_ERROR_HANDLING's
+    default, 3), and collectives that do not match (sizes, dtypes, a barrier against an
+    all-reduce) are undefined behaviour in NCCL: wrong data or a hang, not an error. The
+    demonstrations are about the order of the calls, which gloo shows the same way on
+    every machine. (A barrier of the returned group waits on CPU tensors too.)
+    """
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if expect_failure and ctx.backend == "nccl":
+        return dist.new_group(timeout=timeout, backend="gloo"), torch.device("cpu")
+    return dist.new_group(timeout=timeout), ctx.device
 
 
 def cleanup_distributed() -> None:

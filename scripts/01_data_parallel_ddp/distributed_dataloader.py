@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from utils.cli import add_training_args, make_parser
+from utils.data import make_loader
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
@@ -31,7 +32,7 @@ def parse_args():
                         help="data set size; 11 divides evenly by few world sizes, so padding "
                         "shows (default: %(default)s)")
     parser.add_argument("--num-workers", type=int, default=None,
-                        help="DataLoader worker processes per rank (default: 2 on GPU, 0 on CPU)")
+                        help="DataLoader worker processes per rank (default: up to 4 on GPU, 0 on CPU)")
     return parser.parse_args()
 
 
@@ -63,7 +64,7 @@ def main() -> None:
                         multiprocessing_context="forkserver" if num_workers > 0 else None)
     # --8<-- [end:loader]
     print0(f"world_size={ctx.world_size} samples={len(dataset)} batch_size={args.batch_size} "
-           f"num_workers={num_workers} pin_memory={on_gpu}")
+           f"num_workers={loader.num_workers} pin_memory={loader.pin_memory}")
 
     # --8<-- [start:epochs]
     # 3. Shards per epoch: set_epoch(e) seeds the shuffle with seed + e, so every rank

@@ -23,10 +23,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
 
@@ -58,13 +58,13 @@ def main() -> None:
     # good: each rank draws a different 1/world_size of the data set every epoch.
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler)
     # --8<-- [end:good_loader]
     if args.variant == "bad":
         # --8<-- [start:bad_loader]
         # bad: a plain shuffling loader. Every rank iterates over the whole data set.
         sampler = None
-        loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
+        loader = make_loader(dataset, args.batch_size, ctx.device, shuffle=True)
         # --8<-- [end:bad_loader]
 
     # --8<-- [start:model]
@@ -87,7 +87,8 @@ def main() -> None:
         loss_sum, samples_this_rank = torch.zeros((), device=ctx.device), 0
         start = synchronized_clock(ctx.device)
         for inputs, labels in loader:
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
             loss.backward()  # DDP all-reduces the gradients here

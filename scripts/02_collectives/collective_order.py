@@ -21,7 +21,6 @@ Run it:
 so that the hang ends in seconds, and to $DDP_TIMEOUT or 120 s with --variant good.
 """
 
-import datetime
 import re
 import sys
 import time
@@ -39,6 +38,7 @@ from utils.distributed import (
     cleanup_distributed,
     print0,
     setup_distributed,
+    timeout_group,
 )
 
 BAD_VARIANT_TIMEOUT_S = 5.0
@@ -65,8 +65,9 @@ def main() -> None:
     # 1. Join the process group. Start-up can take long on a busy machine, so joining gets
     #    at least the usual timeout; the steps run in a group of their own (same ranks)
     #    whose collectives give up after --timeout: 5 s by default in the bad variant.
+    #    (Under nccl the bad variant's group is a gloo one, on CPU tensors: see the chapter.)
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
-    steps_group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+    steps_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     # --8<-- [end:setup]
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant} timeout={args.timeout:g} s")
@@ -82,7 +83,7 @@ def main() -> None:
     call, started = "", time.monotonic()
     try:
         for step in range(1, STEPS + 1):
-            count = torch.tensor([samples_at(step, ctx.rank, ctx.world_size)], device=ctx.device)
+            count = torch.tensor([samples_at(step, ctx.rank, ctx.world_size)], device=device)
             call, started = f"all_reduce #{step}", time.monotonic()
             if args.variant == "bad":
                 # --8<-- [start:bad]

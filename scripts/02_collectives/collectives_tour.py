@@ -132,13 +132,16 @@ def main() -> None:
 
     # --8<-- [start:send_recv]
     # 6. send/recv: point to point, not collective. A ring: each rank sends its number to
-    #    the next rank and receives from the previous one. isend/irecv return at once, so
-    #    no rank blocks in its send before posting its receive (that could deadlock).
+    #    the next rank and receives from the previous one. batch_isend_irecv posts the send
+    #    and the receive together, as one batch: no rank's send waits behind its own
+    #    receive or the other way round (under nccl, separate isend/irecv calls can hang).
     if world > 1:
         outgoing = torch.tensor([float(rank)], device=ctx.device)
         incoming = torch.full((1,), -1.0, device=ctx.device)
-        requests = [dist.isend(outgoing, dst=(rank + 1) % world),
-                    dist.irecv(incoming, src=(rank - 1) % world)]
+        requests = dist.batch_isend_irecv([
+            dist.P2POp(dist.isend, outgoing, (rank + 1) % world),
+            dist.P2POp(dist.irecv, incoming, (rank - 1) % world),
+        ])
         for request in requests:
             request.wait()
         # --8<-- [end:send_recv]

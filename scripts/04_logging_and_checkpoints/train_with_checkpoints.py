@@ -29,11 +29,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
 from utils.cli import add_training_args, add_variant_arg, make_parser
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.logging_utils import get_logger
 
@@ -88,7 +88,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler)
 
     # 4. The model, wrapped; the optimizer keeps state (momentum) a resume must restore.
     torch.manual_seed(args.seed)
@@ -131,7 +131,8 @@ def main() -> None:
         model.train()
         loss_sum, count = torch.zeros((), device=ctx.device), 0
         for inputs, labels in loader:
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
             loss.backward()

@@ -32,11 +32,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.comm import AllReduceCounter, counting_allreduce_hook
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 GRAD_TOLERANCE = 1e-6  # float32 sums in another order differ by ~1e-8 here; a real error is far larger
@@ -129,7 +129,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
     steps_per_epoch = len(loader) // accumulation_steps  # a partial last window is skipped
     if steps_per_epoch == 0:
         raise SystemExit(f"{len(loader)} micro-batches per rank per epoch is fewer than "
@@ -156,7 +156,7 @@ def main() -> None:
         batches = iter(loader)
         calls_before, loss_sum = counter.calls, torch.zeros((), device=ctx.device)
         for _ in range(steps_per_epoch):
-            micro_batches = [tuple(t.to(ctx.device) for t in next(batches))
+            micro_batches = [tuple(t.to(ctx.device, non_blocking=True) for t in next(batches))
                              for _ in range(accumulation_steps)]
             optimizer.zero_grad(set_to_none=True)
             loss_sum += accumulate(model, loss_fn, micro_batches)

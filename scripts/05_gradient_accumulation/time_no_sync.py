@@ -23,11 +23,11 @@ import torch.distributed as dist
 from grad_accumulation import accumulate_bad, accumulate_good, build_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, make_parser
 from utils.comm import AllReduceCounter, counting_allreduce_hook
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
 
@@ -52,7 +52,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
     steps_per_epoch = len(loader) // accumulation_steps
     if steps_per_epoch < 2:
         raise SystemExit("fewer than 2 optimizer steps per epoch: use more --num-samples "
@@ -79,7 +79,7 @@ def main() -> None:
         batches = iter(loader)
         for step in range(steps_per_epoch):
             way = "bad" if step % 2 == 0 else "good"
-            micro_batches = [tuple(t.to(ctx.device) for t in next(batches))
+            micro_batches = [tuple(t.to(ctx.device, non_blocking=True) for t in next(batches))
                              for _ in range(accumulation_steps)]
             dist.barrier()
             calls_before, start = counter.calls, synchronized_clock(ctx.device)

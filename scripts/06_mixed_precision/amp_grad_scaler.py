@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 LOW_PRECISION = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -72,7 +72,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler)
 
     # 2. The model stays fp32: autocast casts on the fly, inside the forward pass only.
     #    The learning rate is divided by --loss-weight, so the updates equal those of an
@@ -96,7 +96,8 @@ def main() -> None:
         sampler.set_epoch(epoch)
         loss_sum, samples_this_rank = torch.zeros((), device=ctx.device), 0
         for inputs, labels in loader:
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             # --8<-- [start:autocast]
             # Forward pass and loss under autocast: matmuls in fp16/bf16, the loss in fp32.

@@ -27,11 +27,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, make_parser
 from utils.comm import AllReduceCounter, bytes_written_by_this_process, counting_allreduce_hook
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
 
@@ -69,7 +69,7 @@ def train_with_hook(hook_name: str, ctx, args, dataset) -> dict:
     # 2. The same model, data and seed for every hook, so only the hook differs.
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler)
     torch.manual_seed(args.seed)
     model = nn.Sequential(nn.Linear(32, args.width), nn.ReLU(), nn.Linear(args.width, args.width),
                           nn.ReLU(), nn.Linear(args.width, 4)).to(ctx.device)
@@ -92,7 +92,8 @@ def train_with_hook(hook_name: str, ctx, args, dataset) -> dict:
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
             (loss * args.loss_weight).backward()  # the hook all-reduces each bucket here

@@ -27,11 +27,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 from unused_parameters import AuxHeadNet, train_step
 
 from utils.cli import add_training_args, make_parser
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
 
@@ -54,7 +54,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
     if len(loader) < 4:
         raise SystemExit("fewer than 4 steps per epoch: use more --num-samples or a smaller --batch-size.")
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -76,7 +76,8 @@ def main() -> None:
         sampler.set_epoch(epoch)
         for step, (inputs, labels) in enumerate(loader):
             way = "plain" if step % 2 == 0 else "find_unused"
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             dist.barrier()
             start = synchronized_clock(ctx.device)
             train_step(models[way], optimizers[way], loss_fn, inputs, labels, with_aux=True)

@@ -39,10 +39,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import DEFAULT_TIMEOUT_S, cleanup_distributed, print0, setup_distributed
 
 BAD_VARIANT_TIMEOUT_S = 10.0
@@ -131,7 +131,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
 
     # 3. The model, wrapped: the two variants differ in one keyword.
     torch.manual_seed(args.seed)
@@ -162,8 +162,8 @@ def main() -> None:
             for inputs, labels in loader:
                 step += 1
                 with_aux = uses_aux(step, args.aux_every)
-                loss_sum += train_step(model, optimizer, loss_fn, inputs.to(ctx.device),
-                                       labels.to(ctx.device), with_aux)
+                loss_sum += train_step(model, optimizer, loss_fn, inputs.to(ctx.device, non_blocking=True),
+                                       labels.to(ctx.device, non_blocking=True), with_aux)
                 aux_steps += with_aux
             dist.all_reduce(loss_sum, group=ddp_group)
             epoch_losses.append(loss_sum.item() / (len(loader) * ctx.world_size))

@@ -31,7 +31,6 @@ The fixes (--variant good, the default):
 """
 
 import contextlib
-import datetime
 import itertools
 import math
 import re
@@ -56,6 +55,7 @@ from utils.distributed import (
     cleanup_distributed,
     print0,
     setup_distributed,
+    timeout_group,
 )
 from utils.replicas import verify_replicas
 
@@ -110,7 +110,7 @@ def main() -> None:
     #    machine). Training runs in a group of its own, the same ranks, whose collectives
     #    give up after --timeout: DDP takes it as process_group, so its all-reduces do too.
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
-    train_group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+    train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     # --8<-- [end:setup]
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant} fix={args.fix} timeout={args.timeout:g} s")
@@ -143,8 +143,8 @@ def main() -> None:
 
     # 3. Model, wrapped; DDP's all-reduces run in train_group, under its timeout.
     torch.manual_seed(args.seed)
-    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(ctx.device),
-                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to(device),
+                device_ids=[device.index] if device.type == "cuda" else None,
                 process_group=train_group)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -176,12 +176,12 @@ def main() -> None:
             # --8<-- [end:even]
 
         # --8<-- [start:train]
-        loss_sum, samples, steps = torch.zeros((), device=ctx.device), 0, 0
+        loss_sum, samples, steps = torch.zeros((), device=device), 0, 0
         call, started = "", time.monotonic()
         try:
             with context:
                 for inputs, labels in batches:
-                    inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+                    inputs, labels = inputs.to(device), labels.to(device)
                     call, started = f"step {steps + 1}", time.monotonic()
                     optimizer.zero_grad(set_to_none=True)
                     loss = loss_fn(model(inputs), labels)
@@ -201,7 +201,7 @@ def main() -> None:
         # 5. The epoch's mean loss over every sample any rank trained on, and each rank's
         #    step count in its own slot: one all-reduce, outside Join (which only answers
         #    DDP's own collectives).
-        totals = torch.zeros(2 + ctx.world_size, device=ctx.device)
+        totals = torch.zeros(2 + ctx.world_size, device=device)
         totals[0], totals[1], totals[2 + ctx.rank] = loss_sum, samples, steps
         dist.all_reduce(totals, group=train_group)
         epoch_steps = [int(s) for s in totals[2:].tolist()]

@@ -26,7 +26,6 @@ default buckets. bucket_sweep.py measures the step time over a range of bucket s
 
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,13 +35,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.comm import AllReduceCounter, counting_allreduce_hook
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
-from utils.timing import synchronized_clock
+from utils.timing import Clock, synchronized_clock
 
 TINY_BUCKET_CAP_MB = 0.00001  # 10 bytes: smaller than any gradient tensor, so one bucket each
 WARM_UP_STEPS = 2  # before DDP has its final buckets (see step 5)
@@ -85,24 +84,28 @@ def build_model(depth: int, width: int) -> nn.Module:
 # --8<-- [start:hook]
 @dataclass
 class BucketTimes:
-    """When each bucket's all-reduce was launched and when it finished (perf_counter)."""
+    """When each bucket's all-reduce was launched and when it finished: marks of a
+    utils/timing.py Clock (CUDA events on a GPU, perf_counter on a CPU)."""
 
+    clock: Clock
     counter: AllReduceCounter = field(default_factory=AllReduceCounter)
-    launched: dict[int, float] = field(default_factory=dict)
-    finished: dict[int, float] = field(default_factory=dict)
+    launched: dict = field(default_factory=dict)
+    finished: dict = field(default_factory=dict)
     sizes: dict[int, int] = field(default_factory=dict)
 
 
 def timed_allreduce_hook(state: BucketTimes, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP calls this when a bucket's gradients are all ready: note the time, count the
-    all-reduce (utils/comm.py), and note the time again when it has finished."""
+    all-reduce (utils/comm.py), and note the time again when it has finished. On a GPU
+    both marks are CUDA events: the callback runs when nccl has *queued* the all-reduce,
+    but its stream waits for it, so an event recorded there marks its end on the GPU."""
     index = bucket.index()
-    state.launched[index] = time.perf_counter()
+    state.launched[index] = state.clock.mark()
     state.sizes[index] = bucket.buffer().numel() * bucket.buffer().element_size()
     future = counting_allreduce_hook(state.counter, bucket)
 
     def note_finish(done: torch.futures.Future) -> torch.Tensor:
-        state.finished[index] = time.perf_counter()
+        state.finished[index] = state.clock.mark()
         return done.value()
 
     return future.then(note_finish)
@@ -117,7 +120,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
     if len(loader) * args.epochs <= WARM_UP_STEPS:
         raise SystemExit(f"{len(loader) * args.epochs} steps per rank are too few to see DDP's final "
                          f"buckets (they settle after step {WARM_UP_STEPS}): use more --num-samples "
@@ -147,7 +150,7 @@ def main() -> None:
     model = DDP(module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                 bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=args.gradient_as_bucket_view,
                 static_graph=args.static_graph)
-    times = BucketTimes()
+    times = BucketTimes(Clock(ctx.device))
     model.register_comm_hook(times, timed_allreduce_hook)
     # --8<-- [end:model]
     tensors = list(module.parameters())
@@ -164,26 +167,31 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     last_grad = {}
     torch.autograd.graph.register_multi_grad_hook(
-        tensors, lambda grads: last_grad.update(at=time.perf_counter()), mode="all")
+        tensors, lambda grads: last_grad.update(at=times.clock.mark()), mode="all")
     steps = []  # per step: all-reduces, step time, and the bucket timeline
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         for inputs, labels in loader:
-            inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+            inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+            labels = labels.to(ctx.device, non_blocking=True)
             calls_before = times.counter.calls
             times.launched.clear()
             times.finished.clear()
             start = synchronized_clock(ctx.device)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), labels)
-            backward_start = time.perf_counter()
+            backward_start = times.clock.mark()
             loss.backward()  # DDP launches each bucket's all-reduce inside this call
-            backward_end = synchronized_clock(ctx.device)
+            backward_end = times.clock.mark()
             optimizer.step()
-            steps.append({"calls": times.counter.calls - calls_before,
-                          "seconds": synchronized_clock(ctx.device) - start,
-                          "backward": (backward_start, last_grad["at"], backward_end),
-                          "launched": dict(times.launched), "finished": dict(times.finished)})
+            seconds = synchronized_clock(ctx.device) - start
+            # Every mark as seconds since backward() started (on a GPU: read from the events).
+            clock, t0 = times.clock, backward_start
+            steps.append({"calls": times.counter.calls - calls_before, "seconds": seconds,
+                          "backward": (0.0, clock.seconds(t0, last_grad["at"]),
+                                       clock.seconds(t0, backward_end)),
+                          "launched": {i: clock.seconds(t0, m) for i, m in times.launched.items()},
+                          "finished": {i: clock.seconds(t0, m) for i, m in times.finished.items()}})
     # --8<-- [end:train]
 
     # 5. Report. The first steps are special: in step 1 DDP puts every gradient in one
@@ -200,13 +208,11 @@ def main() -> None:
     # The last step's timeline, from the start of backward(): each bucket's all-reduce
     # (the first few), the last gradient computed, and backward() returning.
     last = settled[-1]
-    backward_start, grads_done, backward_end = last["backward"]
+    _, grads_done, backward_end = last["backward"]
     for index in sorted(last["launched"])[:4]:
         print0(f"  bucket {index:>2} ({times.sizes[index]:>7} bytes): all-reduce launched at "
-               f"{last['launched'][index] - backward_start:.4f} s, finished at "
-               f"{last['finished'][index] - backward_start:.4f} s")
-    print0(f"  last gradient computed at {grads_done - backward_start:.4f} s; backward() returned "
-           f"at {backward_end - backward_start:.4f} s")
+               f"{last['launched'][index]:.4f} s, finished at {last['finished'][index]:.4f} s")
+    print0(f"  last gradient computed at {grads_done:.4f} s; backward() returned at {backward_end:.4f} s")
     overlapped = sum(1 for t in last["launched"].values() if t < grads_done)
     print0(f"{overlapped} of {len(last['launched'])} all-reduce(s) launched while backward() was "
            "still computing gradients")

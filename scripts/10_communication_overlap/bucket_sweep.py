@@ -29,11 +29,11 @@ import torch.distributed as dist
 from bucket_size import WARM_UP_STEPS, build_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from utils.cli import add_training_args, make_parser
 from utils.comm import AllReduceCounter, counting_allreduce_hook
-from utils.data import synthetic_classification
+from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
 
@@ -99,7 +99,7 @@ def main() -> None:
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler, drop_last=True)
     if len(loader) == 0:
         raise SystemExit(f"--num-samples {args.num_samples} gives no full batch of {args.batch_size} "
                          f"on each of {ctx.world_size} ranks: use more samples.")
@@ -131,7 +131,8 @@ def main() -> None:
             sampler.set_epoch(epoch)
             batches = iter(loader)
             inputs, labels = next(batches)
-        inputs, labels = inputs.to(ctx.device), labels.to(ctx.device)
+        inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
+        labels = labels.to(ctx.device, non_blocking=True)
         for index, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
             dist.barrier()
             calls_before, start = counters[index].calls, synchronized_clock(ctx.device)

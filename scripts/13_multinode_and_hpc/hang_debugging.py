@@ -31,7 +31,6 @@ Run it:
 Rank 0 prints every rank's process id and host to stderr: what `py-spy dump --pid` needs.
 """
 
-import datetime
 import os
 import re
 import socket
@@ -47,7 +46,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
-from utils.distributed import DEFAULT_TIMEOUT_S, cleanup_distributed, print0, setup_distributed
+from utils.distributed import DEFAULT_TIMEOUT_S, cleanup_distributed, print0, setup_distributed, timeout_group
 
 BAD_VARIANT_TIMEOUT_S = 5.0
 STEPS, FAULT_STEP = 4, 3
@@ -127,7 +126,7 @@ def main() -> None:
     # 1. Join the process group (at least the usual timeout, for a slow start); the steps
     #    run in a group of their own whose collectives give up after --timeout.
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
-    steps_group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
+    steps_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     # --8<-- [end:setup]
     faulty_rank = ctx.world_size - 1 if args.faulty_rank is None else args.faulty_rank
     if not 0 <= faulty_rank < ctx.world_size:
@@ -148,7 +147,7 @@ def main() -> None:
 
     # 3. The model: the same seed on every rank, so every replica starts the same.
     torch.manual_seed(args.seed)
-    model = nn.Linear(NUM_FEATURES, NUM_CLASSES).to(ctx.device)
+    model = nn.Linear(NUM_FEATURES, NUM_CLASSES).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     # 4. Train. A RuntimeError from a collective (a timeout, a mismatch, a peer that died)
@@ -159,7 +158,7 @@ def main() -> None:
             faulty = args.variant == "bad" and ctx.rank == faulty_rank and step == FAULT_STEP
             inputs, labels = load_batch(step, ctx.rank, args, faulty)
             started = time.monotonic()
-            class_counts = train_step(model, optimizer, inputs.to(ctx.device), labels.to(ctx.device),
+            class_counts = train_step(model, optimizer, inputs.to(device), labels.to(device),
                                       args, steps_group)
             print0(f"step {step}: label counts over all ranks {class_counts.tolist()}")
             steps_done = step

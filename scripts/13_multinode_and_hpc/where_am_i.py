@@ -2,9 +2,12 @@
 
 Every rank reports what the launcher told it (rank, world size, local rank), where it runs
 (host name, device) and where rank 0 listens for the others (master address and port);
-rank 0 gathers the reports and prints them in rank order, then a summary: how many nodes,
+then what it was given: CUDA_VISIBLE_DEVICES, its GPU (name, UUID, PCI bus id), the CPUs it
+may run on, the network interface NCCL would use, and the NCCL/gloo/libfabric variables set.
+Rank 0 gathers the reports and prints them in rank order, then a summary: how many nodes,
 how many ranks on each. If these lines are wrong (world size 1 under srun, every rank on one
-node, a master address other nodes cannot reach), fix the launch before training anything.
+node, two ranks on one GPU, every rank bound to one core, NCCL on lo or docker0), fix the
+launch before training anything. It is the output to attach to a request for help.
 
 Run it (the same file, unchanged, everywhere):
     python scripts/13_multinode_and_hpc/where_am_i.py                     # 1 process
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 import torch.distributed as dist
 
 from utils.cli import make_parser
+from utils.diagnostics import cpu_affinity, gpu_description, nccl_interface_summary, network_variables
 from utils.distributed import cleanup_distributed, detect_launcher, print0, resolve_master, setup_distributed
 
 
@@ -52,11 +56,16 @@ def main() -> None:
     # --8<-- [end:ask]
 
     # --8<-- [start:gather]
-    # 4. Every rank's line, gathered to every rank (one collective, under --timeout), and
-    #    printed by rank 0 in rank order: no interleaving, no lines lost.
+    # 4. Every rank's lines, gathered to every rank (one collective, under --timeout), and
+    #    printed by rank 0 in rank order: no interleaving, no lines lost. The indented lines
+    #    are what the rank was given: GPUs, CPUs, network (utils/diagnostics.py).
     host = socket.gethostname()
     line = (f"rank {ctx.rank}/{ctx.world_size}  local_rank {ctx.local_rank}  host {host}  "
-            f"launcher {ctx.launcher}  device {ctx.device}  master {master}")
+            f"launcher {ctx.launcher}  device {ctx.device}  master {master}\n"
+            f"    CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}  "
+            f"gpu {gpu_description(ctx.device)}\n"
+            f"    cpus {cpu_affinity()}  nccl_interface {nccl_interface_summary()}\n"
+            f"    variables {' '.join(network_variables()) or '(no NCCL_/TORCH_NCCL_/GLOO_/FI_ set)'}")
     lines: list = [None] * ctx.world_size
     hosts: list = [None] * ctx.world_size
     dist.all_gather_object(lines, line)
