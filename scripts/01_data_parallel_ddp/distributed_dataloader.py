@@ -22,7 +22,6 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from utils.cli import add_training_args, make_parser
-from utils.data import make_loader
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
