@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -200,11 +201,14 @@ def test_two_nodes_with_mpiexec_alone(two_nodes, tmp_path):
 
 
 # --------------------------------------------------------------------------- fixed port
-def mpi_job(mpi: str, job_id: str | None, *args: str, placement: tuple[str, ...] = ()) -> Background:
+def mpi_job(mpi: str, job_id: str | None, *args: str, placement: tuple[str, ...] = (),
+            master_port: int | None = None) -> Background:
     """`mpiexec -n 2 [placement] python fixed_port.py ARGS` as a scheduler's job would run it."""
     env = mpi_env(mpi)
     if job_id:
         env["PBS_JOBID"] = job_id
+    if master_port:
+        env["MASTER_PORT"] = str(master_port)
     extra = ["--oversubscribe"] if mpi == "openmpi" else []
     cmd = ["mpiexec", "-n", "2", *extra, *placement, "python", FIXED_PORT_JOB, *args]
     return Background(cmd, env=env)
@@ -222,11 +226,11 @@ def test_fixed_port_second_job_on_the_node_fails():
     first_result = first.finish()
 
     assert second.returncode != 0, second.output
-    explanations = ("setup_distributed: port 29500 on 127.0.0.1 is already in use (another job, or a "
-                    "leftover process, holds it)",
-                    "setup_distributed: rank 1 of job 1002.pbs reached the master at 127.0.0.1:29500, "
-                    "but it belongs to job 1001.pbs: the two jobs use the same port")
-    assert any(line in second.output for line in explanations), second.output
+    explanations = (("setup_distributed: port 29500 on 127.0.0.1 is already in use (another job or launch, "
+                     "or a leftover process, holds it). It is MASTER_PORT=29500",),
+                    ("setup_distributed: rank 1 of job 1002.pbs (launch PMIX_NAMESPACE=",
+                     "reached the master at 127.0.0.1:29500, but it belongs to job 1001.pbs (launch "))
+    assert any(all(part in second.output for part in parts) for parts in explanations), second.output
     assert "Traceback" not in second.output and "summary:" not in second.output, second.output
     assert first_still_running, "the first job ended before the second started: nothing collided"
     # The first job is unharmed.
@@ -267,3 +271,49 @@ def test_torchrun_node_says_what_it_needs():
     no_port = run(["bash", TORCHRUN_NODE, "2", "node0"], env=env, timeout=30)
     assert no_port.returncode == 2, no_port.output
     assert "give RDZV_HOST:PORT, a free port, the same on every node" in no_port.output
+
+
+# --------------------------------------------------------------------------- two launches, one job
+def test_two_launches_in_one_job_both_finish():
+    """Two `mpiexec -n 2` (MPICH: its Hydra names no launch) side by side in one PBS job, as
+    a sweep runs them: the same PBS_JOBID, so a port derived from the job id alone would be
+    the same for both. Rank 0 of each picks a free port and broadcasts it; both finish."""
+    first = mpi_job("mpich", "2001.pbs", "--epochs", "20", "--timeout", "20")
+    first.wait_for("rank 0 listens on")
+    second = mpi_job("mpich", "2001.pbs", "--timeout", "20").finish()
+    first_still_running = first.proc.poll() is None
+    first_result = first.finish()
+
+    assert second.returncode == 0, second.output
+    assert first_result.returncode == 0, first_result.output
+    assert first_still_running, "the launches did not overlap: the test proves nothing"
+    summaries = parse_summary(first_result.output), parse_summary(second.output)
+    assert summaries[0]["port"] != summaries[1]["port"], summaries
+    for summary in summaries:
+        assert summary["port_from"] == "mpi_broadcast" and summary["params_identical"] == "yes", summary
+
+
+def test_two_launches_forced_onto_one_port_fail_fast_and_say_why():
+    """The same, with one MASTER_PORT exported for both: the second launch fails at once (its
+    rank 0 cannot listen; its rank 1 reached the first launch's rank 0, and stops), with a
+    line that names MASTER_PORT, well within its --timeout; the first launch is unharmed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    first = mpi_job("mpich", "2001.pbs", "--epochs", "20", "--timeout", "20", master_port=port)
+    first.wait_for("rank 0 listens on")
+    second = mpi_job("mpich", "2001.pbs", "--timeout", "60", master_port=port).finish()
+    first_still_running = first.proc.poll() is None
+    first_result = first.finish()
+
+    assert second.returncode != 0 and "Traceback" not in second.output, second.output
+    assert second.seconds < 40, f"{second.seconds:.0f} s of its 60 s --timeout: not fast"
+    advice = f"It is MASTER_PORT={port}, set for this launch: give each launch (and job) its own MASTER_PORT"
+    explanations = (f"setup_distributed: port {port} on 127.0.0.1 is already in use (another job or "
+                    f"launch, or a leftover process, holds it). {advice}",
+                    f"reached the master at 127.0.0.1:{port}, but it belongs to another launch of the same "
+                    "job: job 2001.pbs (launch mpi_token=")
+    assert any(line in second.output for line in explanations), second.output
+    assert first_still_running, "the launches did not overlap: the test proves nothing"
+    assert first_result.returncode == 0, first_result.output
+    assert parse_summary(first_result.output)["port"] == str(port)

@@ -408,7 +408,7 @@ class _SetupDeadline:
     def __init__(self, rank: int, timeout_s: float) -> None:
         self.rank, self.timeout_s = rank, timeout_s
         self.end = time.monotonic() + timeout_s
-        self.stage = "starting"
+        self.stage, self.hint = "starting", ""
         self._timer = threading.Timer(timeout_s + self.GRACE_S, self._expire)
         self._timer.daemon = True
 
@@ -424,8 +424,8 @@ class _SetupDeadline:
 
     def _expire(self) -> None:
         sys.stderr.write(
-            f"setup_distributed: rank {self.rank} was still {self.stage} when its "
-            f"{self.timeout_s:.0f} s ran out (--timeout), and stops.\n")
+            f"setup_distributed: rank {self.rank} gave up after {self.timeout_s:.0f} s (--timeout) "
+            f"while {self.stage}.{' ' + self.hint if self.hint else ''}\n")
         sys.stderr.flush()
         os._exit(1)  # the main thread is inside C++ (gloo, NCCL): no exception reaches it
 
@@ -459,9 +459,9 @@ def _port_advice(rdzv: Rendezvous) -> str:
         return "Rank 0 picked it as a free port a moment ago and something took it since: run again."
     if rdzv.launch is None or rdzv.launch.startswith("mpi_token="):
         return (f"It is derived from the job id alone ({rdzv.port_from}), the same for every launch "
-                "in this job, because the launcher names no launch and mpi4py is not there to agree "
-                "on a free port: install mpi4py for this MPI, or set MASTER_PORT to a different "
-                "free port for each launch.")
+                "in this job: nothing here tells its launches apart (the launcher names none, and "
+                "no agreement over MPI was possible). Set MASTER_PORT to a different free port for "
+                "each launch (or, under mpiexec, install mpi4py for its MPI).")
     return (f"It is derived from {rdzv.port_from}; another launch's happened to be the same: "
             "set MASTER_PORT to a free port for this launch.")
 
@@ -501,9 +501,9 @@ def _connect_store(info: LaunchInfo, rdzv: Rendezvous, timeout: datetime.timedel
 
 
 def _describe(launch: dict) -> str:
-    job = f"job {launch['job']}" if launch["job"] else "no job id"
-    name = f", launch {launch['launch']}" if launch["launch"] else ""
-    return f"{job}{name}, {launch['world_size']} ranks"
+    job = f"job {launch['job']}" if launch["job"] else "a job without an id"
+    name = f"launch {launch['launch']}, " if launch["launch"] else ""
+    return f"{job} ({name}{launch['world_size']} ranks)"
 
 
 def _check_same_launch(info: LaunchInfo, store: dist.Store, rdzv: Rendezvous,
@@ -527,13 +527,13 @@ def _check_same_launch(info: LaunchInfo, store: dist.Store, rdzv: Rendezvous,
         ) from None
     if owner == mine:
         return
-    whose = ("another job" if owner["job"] != mine["job"] else
-             "another launch of the same job" if owner["launch"] != mine["launch"] else
-             "a launch with another number of ranks")
+    whose = (_describe(owner) if owner["job"] != mine["job"] else
+             f"another launch of the same job: {_describe(owner)}" if owner["launch"] != mine["launch"]
+             else f"a launch of another size: {_describe(owner)}")
     raise DistributedSetupError(
         f"rank {info.rank} of {_describe(mine)} reached the master at {rdzv.addr}:{rdzv.port}, "
-        f"but it belongs to {whose} ({_describe(owner)}): the two use the same port. "
-        f"This rank stops before joining it. {_port_advice(rdzv)}"
+        f"but it belongs to {whose}. The two use the same port; this rank stops before joining "
+        f"the other launch. {_port_advice(rdzv)}"
     )
 
 
@@ -568,10 +568,12 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
                 deadline.stage = "agreeing on the master with the other ranks"
                 rdzv = resolve_rendezvous(info)
                 store = _connect_store(info, rdzv, timeout, deadline)
-                deadline.stage = (
-                    f"connecting to the other {info.world_size - 1} rank(s) ({backend}; the master "
-                    f"at {rdzv.addr}:{rdzv.port} answered): a rank is missing or unreachable "
-                    "(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), or a rank of another launch joined")
+                deadline.stage = (f"connecting to the other {info.world_size - 1} rank(s) ({backend}; "
+                                  f"the master at {rdzv.addr}:{rdzv.port} had answered)")
+                deadline.hint = (
+                    "A rank is missing, or cannot reach the others on the interface it chose (set "
+                    "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to one every node shares), or a rank of "
+                    "another launch joined this one: " + _port_advice(rdzv))
             dist.init_process_group(
                 backend, store=store, rank=info.rank, world_size=info.world_size,
                 timeout=timeout, device_id=device_id,
