@@ -45,10 +45,15 @@ launch_torchrun() {
         # One node: --standalone runs its own rendezvous on a free local port.
         cmd=(torchrun --standalone --nproc_per_node="$NPROC_PER_NODE" "$@")
     else
+        # On each node, torchrun_node.sh starts torchrun (c10d rendezvous at the first node,
+        # rendezvous id: the job id), and tells the first node's torchrun to host the
+        # rendezvous: torchrun alone would not know it, where the node file's names are not
+        # what `hostname` says (HPE/Cray: x3004c0s1b0n0.hsn.cm.<site> for x3004c0s1b0n0).
+        export RDZV_ID="${RDZV_ID:-$JOB_ID}"
         local -a node_launcher
         read -r -a node_launcher <<< "${NODE_LAUNCHER:-mpiexec -n $NNODES --ppn 1}"
-        cmd=("${node_launcher[@]}" torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
-             --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
+        cmd=("${node_launcher[@]}" bash "$REPO_DIR/scripts/13_multinode_and_hpc/torchrun_node.sh"
+             "$NNODES" "$MASTER_ADDR:$MASTER_PORT" "$@")
     fi
     echo "+ ${cmd[*]}"
     "${cmd[@]}"

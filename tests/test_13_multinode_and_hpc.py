@@ -317,3 +317,80 @@ def test_two_launches_forced_onto_one_port_fail_fast_and_say_why():
     assert first_still_running, "the launches did not overlap: the test proves nothing"
     assert first_result.returncode == 0, first_result.output
     assert parse_summary(first_result.output)["port"] == str(port)
+
+
+# --------------------------------------------------------------------------- HPE/Cray node names
+# PBS on HPE/Cray lists the nodes by their high-speed-network names, while `hostname` on a node
+# says the short name, which resolves to the node's address on another (management) network.
+CRAY_NAMES = ("nid001000", "nid001001")
+HSN_NAMES = tuple(f"{name}.hsn.cm.example" for name in CRAY_NAMES)
+MANAGEMENT_ADDRESSES = ("10.214.0.1", "10.214.0.2")
+
+# Hydra's ssh stand-in, as above, but each simulated node also has its own host name.
+CRAY_SSH = """#!/bin/bash
+while [[ $1 == -* ]]; do shift; done
+host=$1; shift
+case $host in
+    {0}) namespace={2}; name={4} ;;
+    {1}) namespace={3}; name={5} ;;
+    *) echo "no simulated node $host" >&2; exit 1 ;;
+esac
+exec ip netns exec "$namespace" unshare --uts bash -c "hostname $name && $*"
+"""
+
+
+@pytest.fixture
+def cray_nodes(two_nodes):
+    """The two nodes, each with its own host name (a UTS namespace, set per command) and the
+    same hosts file (`ip netns exec` mounts /etc/netns/NAME/hosts over /etc/hosts): the node
+    file's names on the veth network, the short names on a second, "management" network."""
+    made = _ip("link", "add", "mgmt0", "netns", two_nodes[0], "type", "veth",
+               "peer", "name", "mgmt0", "netns", two_nodes[1])
+    assert made.returncode == 0, made.stderr
+    for name, address in zip(two_nodes, MANAGEMENT_ADDRESSES, strict=True):
+        for args in (("addr", "add", f"{address}/24", "dev", "mgmt0"), ("link", "set", "mgmt0", "up")):
+            done = _ip("-n", name, *args)
+            assert done.returncode == 0, (name, args, done.stderr)
+    hosts = "127.0.0.1 localhost\n" + "".join(
+        f"{hsn_address} {hsn}\n{management} {short}\n"
+        for hsn_address, hsn, management, short in zip(NODE_ADDRESSES, HSN_NAMES, MANAGEMENT_ADDRESSES,
+                                                       CRAY_NAMES, strict=True))
+    folders = [Path("/etc/netns") / name for name in two_nodes]
+    try:
+        for folder in folders:
+            folder.mkdir(parents=True)
+            (folder / "hosts").write_text(hosts)
+        yield two_nodes
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_pbs_torchrun_on_cray_node_names(cray_nodes, tmp_path):
+    """pbs_common.sh's launch_torchrun in a two-node PBS job whose node file lists the nodes'
+    high-speed-network names (nid001000.hsn.cm.example) while `hostname` says nid001000: the
+    first node's torchrun hosts the rendezvous, and 2 x 2 ranks train on both nodes."""
+    ssh = tmp_path / "cray_ssh"
+    ssh.write_text(CRAY_SSH.format(*HSN_NAMES, *cray_nodes, *CRAY_NAMES))
+    ssh.chmod(0o755)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("".join(f"{name}\n{name}\n" for name in HSN_NAMES))  # once per CPU, as PBS does
+    mpiexec = mpi_env("mpich")["PATH"].split(os.pathsep)[0] + "/mpiexec"
+    job_id = f"{os.getpid()}.pbs"
+    env = clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID=job_id, PBS_O_WORKDIR=str(REPO),
+                    HOME=str(tmp_path), VENV=str(Path(sys.executable).parents[1]), NPROC_PER_NODE="2",
+                    GLOO_SOCKET_IFNAME=INTERFACE,
+                    NODE_LAUNCHER=f"{mpiexec} -launcher ssh -launcher-exec {ssh} -iface {INTERFACE} "
+                                  f"-hosts {','.join(HSN_NAMES)} -n 2 -ppn 1")
+    job = "source scripts/pbs_common.sh && launch_torchrun scripts/13_multinode_and_hpc/fixed_port.py"
+    result = run(["ip", "netns", "exec", cray_nodes[0], "unshare", "--uts", "bash", "-c",
+                  f"hostname {CRAY_NAMES[0]} && {job}"], env=env, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.output
+    assert f"job {job_id}: 2 node(s) [{' '.join(HSN_NAMES)}] x 2 process(es)" in result.output
+    # The first node's torchrun was told to host the rendezvous at its node-file name.
+    assert result.count(f"--rdzv-endpoint={HSN_NAMES[0]}:{job_port(job_id)} --rdzv-id={job_id} "
+                        "--rdzv-conf=is_host=true") == 1, result.output
+    summary = result.clean_summary()
+    assert summary["launcher"] == "torchrun" and summary["world_size"] == "4", summary
+    assert summary["nodes"] == "2" and summary["ranks_per_node"] == "2,2", summary
+    assert summary["params_identical"] == "yes", result.output
