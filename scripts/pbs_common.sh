@@ -66,5 +66,5 @@ launch_mpiexec() {
         "${RANK_LAUNCHER:-mpiexec -n $((NNODES * NPROC_PER_NODE)) --ppn $NPROC_PER_NODE}"
     local -a cmd=("${rank_launcher[@]}" python "$@")
     echo "+ ${cmd[*]}"
-    "${cmd[@]}"
+    without_job_port "${cmd[@]}"  # setup_distributed() chooses a port per launch
 }

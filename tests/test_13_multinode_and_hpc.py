@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree, mpi_env, parse_summary, run
 
-from utils.distributed import job_port
+from utils.distributed import job_port, launch_port
 
 FIXED_PORT_JOB = REPO / "scripts" / "13_multinode_and_hpc" / "fixed_port.py"
 TORCHRUN_NODE = REPO / "scripts" / "13_multinode_and_hpc" / "torchrun_node.sh"
@@ -241,12 +241,13 @@ def test_fixed_port_second_job_on_the_node_fails():
 
 
 def test_ports_from_the_job_both_jobs_finish():
-    """good: the first job's port comes from its job id, the second (no scheduler, no job
-    id) gets a free port from its rank 0 over MPI; side by side, both finish. (MPICH with
-    --ppn and Open MPI with --map-by ppr:N:node: the forms docs/launchers.md shows.)"""
-    first = mpi_job("mpich", "1001.pbs", "--epochs", "20", placement=("--ppn", "2"))
-    second_job = mpi_job("openmpi", None, placement=("--map-by", "ppr:2:node"))
+    """good: the first job's port comes from its job id and its launch (Open MPI names the
+    launch: its PMIx namespace), the second (MPICH, no scheduler, no job id) gets a free port
+    from its rank 0 over MPI; side by side, both finish. (Open MPI with --map-by ppr:N:node
+    and MPICH with --ppn: the forms docs/launchers.md shows.)"""
+    first = mpi_job("openmpi", "1001.pbs", "--epochs", "150", placement=("--map-by", "ppr:2:node"))
     first.wait_for("rank 0 listens on")
+    second_job = mpi_job("mpich", None, placement=("--ppn", "2"))
     second_job.wait_for("rank 0 listens on")
     first_still_running = first.proc.poll() is None  # the two held their ports at once
     second, first_result = second_job.finish(), first.finish()
@@ -255,11 +256,12 @@ def test_ports_from_the_job_both_jobs_finish():
     assert first_result.returncode == 0, first_result.output
     assert first_still_running, "the jobs did not overlap: the test proves nothing"
     summaries = parse_summary(first_result.output), parse_summary(second.output)
-    assert summaries[0]["port"] == str(job_port("1001.pbs")), summaries[0]
-    assert summaries[0]["port_from"] == "PBS_JOBID=1001.pbs"
+    namespace = summaries[0]["port_from"].removeprefix("PBS_JOBID=1001.pbs,PMIX_NAMESPACE=")
+    assert namespace != summaries[0]["port_from"], summaries[0]
+    assert summaries[0]["port"] == str(launch_port("1001.pbs", f"PMIX_NAMESPACE={namespace}")), summaries[0]
     assert summaries[1]["port_from"] == "mpi_broadcast"
     assert summaries[0]["port"] != summaries[1]["port"] != "29500"
-    for summary, launcher in zip(summaries, ("mpich", "openmpi"), strict=True):
+    for summary, launcher in zip(summaries, ("openmpi", "mpich"), strict=True):
         assert summary["launcher"] == launcher and summary["world_size"] == "2", summary
         assert summary["params_identical"] == "yes"
 
@@ -278,11 +280,12 @@ def test_two_launches_in_one_job_both_finish():
     """Two `mpiexec -n 2` (MPICH: its Hydra names no launch) side by side in one PBS job, as
     a sweep runs them: the same PBS_JOBID, so a port derived from the job id alone would be
     the same for both. Rank 0 of each picks a free port and broadcasts it; both finish."""
-    first = mpi_job("mpich", "2001.pbs", "--epochs", "20", "--timeout", "20")
+    first = mpi_job("mpich", "2001.pbs", "--epochs", "150", "--timeout", "20")
     first.wait_for("rank 0 listens on")
-    second = mpi_job("mpich", "2001.pbs", "--timeout", "20").finish()
-    first_still_running = first.proc.poll() is None
-    first_result = first.finish()
+    second_launch = mpi_job("mpich", "2001.pbs", "--timeout", "20")
+    second_launch.wait_for("rank 0 listens on")
+    first_still_running = first.proc.poll() is None  # the two held their ports at once
+    second, first_result = second_launch.finish(), first.finish()
 
     assert second.returncode == 0, second.output
     assert first_result.returncode == 0, first_result.output
@@ -300,7 +303,7 @@ def test_two_launches_forced_onto_one_port_fail_fast_and_say_why():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    first = mpi_job("mpich", "2001.pbs", "--epochs", "20", "--timeout", "20", master_port=port)
+    first = mpi_job("mpich", "2001.pbs", "--epochs", "150", "--timeout", "20", master_port=port)
     first.wait_for("rank 0 listens on")
     second = mpi_job("mpich", "2001.pbs", "--timeout", "60", master_port=port).finish()
     first_still_running = first.proc.poll() is None

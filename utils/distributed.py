@@ -25,9 +25,16 @@ who is who (under torchrun, importing mpi4py would make every process a world of
 Where the launcher does not say where rank 0 listens (only torchrun does), the master
 address is: MASTER_ADDR; else 127.0.0.1 when every rank is on this node; else rank 0's
 host name broadcast over MPI; else the first node of the job's node list. The port is:
-MASTER_PORT; else one derived from the scheduler's job id (so two jobs on one node do not
-collide, and the PBS/Slurm job scripts derive the same one); else a free port that rank 0
-picks and broadcasts over MPI. Never a fixed 29500.
+MASTER_PORT; else one derived from the scheduler's job id and the launch id the launcher
+gives (Slurm's step, PALS's application, PMIx's namespace: two jobs on one node, and two
+launches side by side in one job, do not collide); else a free port that rank 0 picks and
+broadcasts over MPI (MPICH and Intel MPI name no launch); else one derived from the job id
+alone (the PBS/Slurm job scripts derive the same one). Never a fixed 29500.
+
+Rank 0 writes its job id, launch and size into its store, and every other rank compares
+them with its own before it joins: a rank that reached another job's or launch's rank 0
+stops at once and says so. --timeout bounds the whole set-up, the backend's connection of
+every rank to every other included.
 """
 
 from __future__ import annotations
