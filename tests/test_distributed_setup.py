@@ -215,8 +215,7 @@ def test_each_launch_of_a_job_gets_its_own_port():
     assert step0 == resolve_rendezvous(LaunchInfo("slurm", 3, 4, 1, None), {**job, "SLURM_STEP_ID": "0"})
     assert step0.port_from == "SLURM_JOB_ID=77,SLURM_STEP_ID=0" and step0.launch == "SLURM_STEP_ID=0"
     assert step0.port == launch_port("77", "SLURM_STEP_ID=0")
-    for variable in ("PALS_APID", "PMIX_NAMESPACE"):
-        launcher = "pals" if variable == "PALS_APID" else "openmpi"
+    for launcher, variable in (("pals", "PALS_APID"), ("openmpi", "PMIX_NAMESPACE")):
         info = LaunchInfo(launcher, 0, 4, 0, 2)
         env = {"PBS_JOBID": "42.pbs", "MASTER_ADDR": "x1000c0s0b0n0.hsn.cm.site"}
         first = resolve_rendezvous(info, {**env, variable: "a1b2-3"})
@@ -230,9 +229,11 @@ def test_each_launch_of_a_job_gets_its_own_port():
     assert env_launch.launch is None
 
 
-def start_rank(rank: int, port: int, launch: str, timeout: str = "30") -> subprocess.Popen:
-    env = clean_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PBS_JOBID="9.pbs", PMIX_NAMESPACE=launch)
+def start_rank(rank: int, port: int, step: str, timeout: str = "30") -> subprocess.Popen:
+    """One rank of a 2-task srun step of Slurm job 9, as srun starts it."""
+    env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
+                    SLURM_STEP_ID=step, SLURM_STEP_NUM_NODES="1", SLURM_JOB_ID="9",
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     return subprocess.Popen([sys.executable, script(BASIC), "--timeout", timeout], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -248,26 +249,26 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
 
 
 def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_on():
-    """Launch a's rank 0 listens; a rank 1 of launch b of the same job reaches it (same
-    port): it stops at once, long before its --timeout, and says so. Then a's own rank 1
-    joins and launch a trains."""
+    """Step 0's rank 0 listens; a rank 1 of step 1 of the same job reaches it (same port):
+    it stops at once, long before its --timeout, and says so. Then step 0's own rank 1
+    joins and step 0 trains."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    rank0 = start_rank(0, port, "launch-a")
+    rank0 = start_rank(0, port, "0")
     try:
         started = time.monotonic()
-        code, output = finish(start_rank(1, port, "launch-b", timeout="60"))
+        code, output = finish(start_rank(1, port, "1", timeout="60"))
         seconds = time.monotonic() - started
         assert code == 1 and "Traceback" not in output, output
         assert output.strip().splitlines()[-1] == (
-            f"setup_distributed: rank 1 of job 9.pbs (launch PMIX_NAMESPACE=launch-b, 2 ranks) reached the "
-            f"master at 127.0.0.1:{port}, but it belongs to another launch of the same job: job 9.pbs "
-            "(launch PMIX_NAMESPACE=launch-a, 2 ranks). The two use the same port; this rank stops before "
+            f"setup_distributed: rank 1 of job 9 (launch SLURM_STEP_ID=1, 2 ranks) reached the "
+            f"master at 127.0.0.1:{port}, but it belongs to another launch of the same job: job 9 "
+            "(launch SLURM_STEP_ID=0, 2 ranks). The two use the same port; this rank stops before "
             f"joining the other launch. It is MASTER_PORT={port}, set for this launch: give each launch (and "
             "job) its own MASTER_PORT, or unset it to let setup_distributed() choose one per launch."), output
         assert seconds < 30, f"took {seconds:.0f} s of its 60 s --timeout: not at once"
-        code, output = finish(start_rank(1, port, "launch-a"))
+        code, output = finish(start_rank(1, port, "0"))
         assert code == 0, output
     finally:
         code, output = finish(rank0)

@@ -61,7 +61,10 @@ DEFAULT_TIMEOUT_S = 120.0
 SINGLE_NODE_ADDR = "127.0.0.1"
 JOB_PORT_BASE, JOB_PORT_SPAN = 15000, 17000  # 15000-31999: below Linux's ephemeral range
 JOB_ID_VARIABLES = ("PBS_JOBID", "SLURM_JOB_ID", "LSB_JOBID", "COBALT_JOBID")
-LAUNCH_ID_VARIABLES = ("SLURM_STEP_ID", "PALS_APID", "PMIX_NAMESPACE")
+# The variable that names a launch, by launcher: the same on every rank of one launch (on
+# every node), different for two launches of one job. MPICH's and Intel MPI's Hydra set none.
+LAUNCH_ID_VARIABLES = {"slurm": "SLURM_STEP_ID", "pals": "PALS_APID", "openmpi": "PMIX_NAMESPACE",
+                       "mpi4py": "PMIX_NAMESPACE"}
 _LAUNCH_KEY = "setup_distributed/launch"  # rank 0's job, launch and size, in its store
 MPI_LAUNCHERS = ("openmpi", "pals", "mpich", "mpi4py")
 
@@ -244,13 +247,14 @@ def job_port(job_id: str) -> int:
     return JOB_PORT_BASE + int(digits or "0") % JOB_PORT_SPAN
 
 
-def launch_id(env: Mapping[str, str] | None = None) -> str | None:
-    """What the launcher says this launch is, as NAME=value, or None: Slurm's step id (one
-    per srun, also under an mpiexec that starts its daemons with srun), Cray PALS's
-    application id, PMIx's namespace (Open MPI, srun --mpi=pmix). The same on every rank of
-    one launch, different for two launches of one job. MPICH's and Intel MPI's Hydra set none."""
+def launch_id(launcher: str, env: Mapping[str, str] | None = None) -> str | None:
+    """What the launcher says this launch is, as NAME=value, or None: srun's step id, Cray
+    PALS's application id, Open MPI's PMIx namespace. Only the launcher's own: under an
+    mpiexec inside a Slurm job, SLURM_STEP_ID may be the batch step's on one node and an
+    srun step's on another."""
     env = os.environ if env is None else env
-    return next((f"{name}={env[name]}" for name in LAUNCH_ID_VARIABLES if env.get(name)), None)
+    name = LAUNCH_ID_VARIABLES.get(launcher)
+    return f"{name}={env[name]}" if name and env.get(name) else None
 
 
 def launch_port(job_id: str | None, launch: str) -> int:
@@ -308,7 +312,7 @@ def resolve_rendezvous(info: LaunchInfo, env: Mapping[str, str] | None = None) -
     env = os.environ if env is None else env
     single_node = info.local_world_size == info.world_size
     addr = env.get("MASTER_ADDR") or (SINGLE_NODE_ADDR if single_node else None)
-    job_variable, launch = _job_variable(env), launch_id(env)
+    job_variable, launch = _job_variable(env), launch_id(info.launcher, env)
     job_id = env[job_variable] if job_variable else None
     port_text = env.get("MASTER_PORT")
     port: int | None = None
