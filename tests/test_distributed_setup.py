@@ -264,8 +264,8 @@ def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_o
         assert output.strip().splitlines()[-1] == (
             f"setup_distributed: rank 1 of job 9 (launch SLURM_STEP_ID=1, 2 ranks) reached the "
             f"master at 127.0.0.1:{port}, but it belongs to another launch of the same job: job 9 "
-            "(launch SLURM_STEP_ID=0, 2 ranks). The two use the same port; this rank stops before "
-            f"joining the other launch. It is MASTER_PORT={port}, set for this launch: give each launch (and "
+            "(launch SLURM_STEP_ID=0, 2 ranks). The two use the same port; this rank stops instead of "
+            f"joining it. It is MASTER_PORT={port}, set for this launch: give each launch (and "
             "job) its own MASTER_PORT, or unset it to let setup_distributed() choose one per launch."), output
         assert seconds < 30, f"took {seconds:.0f} s of its 60 s --timeout: not at once"
         code, output = finish(start_rank(1, port, "0"))

@@ -543,8 +543,8 @@ def _check_same_launch(info: LaunchInfo, store: dist.Store, rdzv: Rendezvous,
              else f"a launch of another size: {_describe(owner)}")
     raise DistributedSetupError(
         f"rank {info.rank} of {_describe(mine)} reached the master at {rdzv.addr}:{rdzv.port}, "
-        f"but it belongs to {whose}. The two use the same port; this rank stops before joining "
-        f"the other launch. {_port_advice(rdzv)}"
+        f"but it belongs to {whose}. The two use the same port; this rank stops instead of "
+        f"joining it. {_port_advice(rdzv)}"
     )
 
 
