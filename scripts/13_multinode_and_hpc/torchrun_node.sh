@@ -16,10 +16,11 @@
 #
 # Arguments:
 #   NNODES     how many nodes take part; the job starts when all of them have joined
-#   RDZV_HOST  host name or address of one node, reachable from all of them; the PORT is
-#              free on that node and the same everywhere. Left out, it is derived from the
-#              job id (PBS_JOBID, SLURM_JOB_ID) as the job scripts do: never a fixed
-#              one, so two jobs on one node do not collide.
+#   RDZV_HOST  host name or address of one node, reachable from all of them (any of its
+#              names: the node whose addresses it resolves to hosts the rendezvous); the
+#              PORT is free on that node and the same everywhere. Left out, it is derived
+#              from the job id (PBS_JOBID, SLURM_JOB_ID) as the job scripts do: never a
+#              fixed one, so two jobs on one node do not collide.
 #   SCRIPT     default: scripts/13_multinode_and_hpc/where_am_i.py (who runs where)
 # Parameters (environment):
 #   NPROC_PER_NODE  processes on this node (default: its GPUs, else 2)
