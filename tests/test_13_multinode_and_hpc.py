@@ -4,8 +4,13 @@ c10d rendezvous, and mpiexec alone), and two jobs on one node that collide on a 
 
 Two nodes on one machine: two Linux network namespaces joined by a veth pair, each with its
 own address (10.213.0.1 and 10.213.0.2, visible inside the namespaces only) and an interface
-called ddp0 in both, as a cluster's nodes share interface names. They still share the host
-name (one UTS namespace), so the nodes are told apart by address, not by name.
+called ddp0 in both, as a cluster's nodes share interface names. They share the host name
+(one UTS namespace), so the nodes are told apart by address, not by name; except in the
+HPE/Cray test, where each node gets its own host name (a UTS namespace per command) and a
+hosts file, and the PBS node file lists other, longer names of the nodes.
+
+Also: two launches side by side in one job, each with its own port, and two forced onto one
+port, which fail at once and say why.
 """
 
 from __future__ import annotations
