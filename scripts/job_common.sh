@@ -67,6 +67,11 @@ setup_job() {
     export REPO_DIR JOB_ID NNODES NPROC_PER_NODE MASTER_ADDR MASTER_PORT
 }
 
+# free_port: a TCP port that is free on this node now (the kernel's choice).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+}
+
 # without_job_port COMMAND [ARGS...]: run COMMAND without the MASTER_PORT that setup_job
 # derived from the job id (one that was set before the job is kept).
 without_job_port() {

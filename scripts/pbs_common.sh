@@ -19,6 +19,8 @@
 #   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
 # and defines:
 #   launch_torchrun SCRIPT [ARGS...]   NPROC_PER_NODE processes on each of the NNODES nodes
+#                                      (several nodes: torchrun_node.sh on each, meeting at
+#                                      the first node on a port free there, one per launch)
 #   launch_mpiexec SCRIPT [ARGS...]    the same ranks started by mpiexec alone (no torchrun):
 #                                      setup_distributed() reads the MPI's variables
 #
@@ -49,11 +51,16 @@ launch_torchrun() {
         # rendezvous id: the job id), and tells the first node's torchrun to host the
         # rendezvous: torchrun alone would not know it, where the node file's names are not
         # what `hostname` says (HPE/Cray: x3004c0s1b0n0.hsn.cm.<site> for x3004c0s1b0n0).
+        # The port: MASTER_PORT if it was set before the job, else one free on this node (the
+        # job script runs on the first node, which hosts the rendezvous) chosen per launch, so
+        # that launches side by side in one job (a sweep) never meet at one rendezvous.
+        local port=$MASTER_PORT
+        [[ -n "${MASTER_PORT_GIVEN:-}" ]] || port=$(free_port)
         export RDZV_ID="${RDZV_ID:-$JOB_ID}"
         local -a node_launcher
         read -r -a node_launcher <<< "${NODE_LAUNCHER:-mpiexec -n $NNODES --ppn 1}"
         cmd=("${node_launcher[@]}" bash "$REPO_DIR/scripts/13_multinode_and_hpc/torchrun_node.sh"
-             "$NNODES" "$MASTER_ADDR:$MASTER_PORT" "$@")
+             "$NNODES" "$MASTER_ADDR:$port" "$@")
     fi
     echo "+ ${cmd[*]}"
     "${cmd[@]}"

@@ -169,12 +169,21 @@ def test_two_nodes_give_a_multi_node_launch_line(tmp_path):
     result = run(["bash", "-c", "source scripts/pbs_common.sh && launch_torchrun train.py --epochs 1"],
                  env=env, timeout=30)
     assert result.returncode == 0, result.output
-    port = job_port("555.pbs")
+    # The port: one free on this node (where the job script runs: the first node), chosen per
+    # launch, so that two launches side by side in one job do not meet at one rendezvous.
     node_script = REPO / "scripts" / "13_multinode_and_hpc" / "torchrun_node.sh"
-    assert f"+ env bash {node_script} 2 nodeA:{port} train.py" in result.output, result.output
+    port = re.search(rf"^\+ env bash {re.escape(str(node_script))} 2 nodeA:(\d+) train.py", result.output,
+                     flags=re.M)[1]
     # nodeA is not this machine: its torchrun does not host the rendezvous.
     assert (f"\ntorchrun --nnodes=2 --nproc_per_node=4 --rdzv-backend=c10d --rdzv-endpoint=nodeA:{port} "
             "--rdzv-id=555.pbs train.py --epochs 1\n") in result.output, result.output
+    again = run(["bash", "-c", "source scripts/pbs_common.sh && launch_torchrun train.py --epochs 1"],
+                env=env, timeout=30)
+    assert f"nodeA:{port} " not in again.output, "a second launch in the job got the same port"
+    # MASTER_PORT set before the job: every launch uses it.
+    given = run(["bash", "-c", "source scripts/pbs_common.sh && launch_torchrun train.py"],
+                env={**env, "MASTER_PORT": "23456"}, timeout=30)
+    assert " 2 nodeA:23456 train.py" in given.output, given.output
 
 
 def test_without_a_scheduler_this_host_is_the_only_node(tmp_path):
