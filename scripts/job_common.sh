@@ -16,7 +16,9 @@ fi
 # job_port JOB_ID: a port derived from the job id (its last 9 digits modulo 17000), in
 # 15000-31999, so two jobs on one node get different ports unless their ids differ by a
 # multiple of 17000 (docs/launchers.md, "Where rank 0 listens", says what happens then).
-# utils/distributed.py's job_port() is the same.
+# utils/distributed.py's job_port() is the same. Two launches side by side in one job would
+# share it: where the launcher names its launches, the ranks of mpiexec and srun derive a port
+# per launch in Python (utils/distributed.py's launch_port).
 job_port() {
     local digits
     digits=$(printf '%s' "$1" | tr -cd '0-9' | tail -c 9)
@@ -204,8 +206,27 @@ setup_job() {
     JOB_ID="${PBS_JOBID:-${SLURM_JOB_ID:-local-$$}}"
     NPROC_PER_NODE=$(processes_per_node)
 
-    # Where rank 0 listens: the first node, on the job's port.
+    # Where rank 0 listens: the first node, on the job's port (torchrun's rendezvous). A
+    # MASTER_PORT set before the job is kept, and reaches every launch; the job's own port
+    # does not reach the ranks of mpiexec or srun (without_job_port): setup_distributed()
+    # chooses one per launch there, so launches side by side in one job never share one.
+    MASTER_PORT_GIVEN="${MASTER_PORT:+yes}"
     MASTER_ADDR="${MASTER_ADDR:-${NODES[0]}}"
     MASTER_PORT="${MASTER_PORT:-$(job_port "$JOB_ID")}"
     export REPO_DIR JOB_ID NNODES NPROC_PER_NODE MASTER_ADDR MASTER_PORT
+}
+
+# free_port: a TCP port that is free on this node now (the kernel's choice).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+}
+
+# without_job_port COMMAND [ARGS...]: run COMMAND without the MASTER_PORT that setup_job
+# derived from the job id (one that was set before the job is kept).
+without_job_port() {
+    if [[ -n "${MASTER_PORT_GIVEN:-}" ]]; then
+        "$@"
+    else
+        env -u MASTER_PORT "$@"
+    fi
 }

@@ -29,6 +29,8 @@
 #   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
 # and defines:
 #   launch_torchrun SCRIPT [ARGS...]   NPROC_PER_NODE processes on each of the NNODES nodes
+#                                      (several nodes: torchrun_node.sh on each, meeting at
+#                                      the first node on a port free there, one per launch)
 #   launch_mpiexec SCRIPT [ARGS...]    the same ranks started by mpiexec alone (no torchrun):
 #                                      setup_distributed() reads the MPI's variables
 #
@@ -59,10 +61,20 @@ launch_torchrun() {
         # One node: --standalone runs its own rendezvous on a free local port.
         cmd=(torchrun --standalone --nproc_per_node="$NPROC_PER_NODE" "$@")
     else
+        # On each node, torchrun_node.sh starts torchrun (c10d rendezvous at the first node,
+        # rendezvous id: the job id), and tells the first node's torchrun to host the
+        # rendezvous: torchrun alone would not know it, where the node file's names are not
+        # what `hostname` says (HPE/Cray: x3004c0s1b0n0.hsn.cm.<site> for x3004c0s1b0n0).
+        # The port: MASTER_PORT if it was set before the job, else one free on this node (the
+        # job script runs on the first node, which hosts the rendezvous) chosen per launch, so
+        # that launches side by side in one job (a sweep) never meet at one rendezvous.
+        local port=$MASTER_PORT
+        [[ -n "${MASTER_PORT_GIVEN:-}" ]] || port=$(free_port)
+        export RDZV_ID="${RDZV_ID:-$JOB_ID}"
         local -a node_launcher
         read -r -a node_launcher <<< "$(node_launcher_line)"
-        cmd=("${node_launcher[@]}" torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
-             --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
+        cmd=("${node_launcher[@]}" bash "$REPO_DIR/scripts/13_multinode_and_hpc/torchrun_node.sh"
+             "$NNODES" "$MASTER_ADDR:$port" "$@")
     fi
     echo "+ ${cmd[*]}"
     "${cmd[@]}"
@@ -74,5 +86,5 @@ launch_mpiexec() {
     read -r -a rank_launcher <<< "$(rank_launcher_line)"
     local -a cmd=("${rank_launcher[@]}" python "$@")
     echo "+ ${cmd[*]}"
-    "${cmd[@]}"
+    without_job_port "${cmd[@]}"  # setup_distributed() chooses a port per launch
 }

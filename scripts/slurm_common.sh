@@ -59,5 +59,5 @@ launch_torchrun() {
 launch_srun() {
     local -a cmd=(srun --kill-on-bad-exit=1 python "$@")
     echo "+ ${cmd[*]}"
-    "${cmd[@]}"
+    without_job_port "${cmd[@]}"  # setup_distributed() derives a port per step
 }

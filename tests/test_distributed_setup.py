@@ -4,10 +4,13 @@ and the errors a user gets for a broken launch environment (real processes)."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
-from conftest import clean_env, python
+from conftest import clean_env, kill_tree, python, script
 
 from utils.distributed import (
     DistributedSetupError,
@@ -15,7 +18,9 @@ from utils.distributed import (
     detect_launcher,
     first_host,
     job_port,
+    launch_port,
     resolve_master,
+    resolve_rendezvous,
 )
 
 BASIC = "01_data_parallel_ddp/multinode_ddp_basic.py"
@@ -181,7 +186,7 @@ def test_port_already_in_use():
         port = holder.getsockname()[1]
         result = run_with(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(port))
-    assert_clear_error(result, f"port {port} on 127.0.0.1 is already in use")
+    assert_clear_error(result, f"port {port} on 127.0.0.1 is already in use", f"It is MASTER_PORT={port}")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has GPUs: nccl works")
@@ -196,3 +201,126 @@ def test_srun_with_pmi2_is_a_slurm_launch_not_an_incomplete_mpich_one():
                             "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "2",
                             "SLURM_STEP_NUM_NODES": "1"})
     assert (info.launcher, info.rank, info.world_size) == ("slurm", 1, 2)
+
+
+# ---- one port and one store check per launch, not per job (two launches side by side)
+def test_each_launch_of_a_job_gets_its_own_port():
+    """Slurm's step id, PALS's application id, PMIx's namespace name the launch: every rank
+    of one launch derives the same port, two launches of one job different ones."""
+    two_nodes = LaunchInfo("slurm", 0, 4, 0, None)
+    job = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    step0 = resolve_rendezvous(two_nodes, {**job, "SLURM_STEP_ID": "0"})
+    step1 = resolve_rendezvous(two_nodes, {**job, "SLURM_STEP_ID": "1"})
+    assert step0.port != step1.port != job_port("77")
+    assert step0 == resolve_rendezvous(LaunchInfo("slurm", 3, 4, 1, None), {**job, "SLURM_STEP_ID": "0"})
+    assert step0.port_from == "SLURM_JOB_ID=77,SLURM_STEP_ID=0" and step0.launch == "SLURM_STEP_ID=0"
+    assert step0.port == launch_port("77", "SLURM_STEP_ID=0")
+    for launcher, variable in (("pals", "PALS_APID"), ("openmpi", "PMIX_NAMESPACE")):
+        info = LaunchInfo(launcher, 0, 4, 0, 2)
+        env = {"PBS_JOBID": "42.pbs", "MASTER_ADDR": "x1000c0s0b0n0.hsn.cm.site"}
+        first = resolve_rendezvous(info, {**env, variable: "a1b2-3"})
+        second = resolve_rendezvous(info, {**env, variable: "a1b2-4"})
+        assert first.port != second.port, variable
+        assert first.port_from == f"PBS_JOBID=42.pbs,{variable}=a1b2-3"
+    # MASTER_PORT still wins; without a launch id, an env launch keeps the job's port.
+    assert resolve_rendezvous(two_nodes, {**job, "SLURM_STEP_ID": "0", "MASTER_PORT": "23456"}).port == 23456
+    env_launch = resolve_rendezvous(LaunchInfo("env", 0, 2, 0, 2), {"PBS_JOBID": "42.pbs"})
+    assert (env_launch.port, env_launch.port_from) == (job_port("42.pbs"), "PBS_JOBID=42.pbs")
+    assert env_launch.launch is None
+
+
+def start_rank(rank: int, port: int, step: str, timeout: str = "30") -> subprocess.Popen:
+    """One rank of a 2-task srun step of Slurm job 9, as srun starts it."""
+    env = clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
+                    SLURM_STEP_ID=step, SLURM_STEP_NUM_NODES="1", SLURM_JOB_ID="9",
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return subprocess.Popen([sys.executable, script(BASIC), "--timeout", timeout], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        output, _ = proc.communicate()
+        pytest.fail(f"a rank hung:\n{output}")
+    return proc.returncode, output
+
+
+def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_on():
+    """Step 0's rank 0 listens; a rank 1 of step 1 of the same job reaches it (same port):
+    it stops at once, long before its --timeout, and says so. Then step 0's own rank 1
+    joins and step 0 trains."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    rank0 = start_rank(0, port, "0")
+    try:
+        started = time.monotonic()
+        code, output = finish(start_rank(1, port, "1", timeout="60"))
+        seconds = time.monotonic() - started
+        assert code == 1 and "Traceback" not in output, output
+        assert output.strip().splitlines()[-1] == (
+            f"setup_distributed: rank 1 of job 9 (launch SLURM_STEP_ID=1, 2 ranks) reached the "
+            f"master at 127.0.0.1:{port}, but it belongs to another launch of the same job: job 9 "
+            "(launch SLURM_STEP_ID=0, 2 ranks). The two use the same port; this rank stops instead of "
+            f"joining it. It is MASTER_PORT={port}, set for this launch: give each launch (and "
+            "job) its own MASTER_PORT, or unset it to let setup_distributed() choose one per launch."), output
+        assert seconds < 30, f"took {seconds:.0f} s of its 60 s --timeout: not at once"
+        code, output = finish(start_rank(1, port, "0"))
+        assert code == 0, output
+    finally:
+        code, output = finish(rank0)
+    assert code == 0 and "summary: variant=good world_size=2" in output, output
+
+
+def test_two_launches_on_one_port_end_within_the_timeout():
+    """Nothing tells two launches of one job apart (no launch id, no MPI): both derive the
+    job's port, and a rank 1 of each reaches the same rank 0. One of them is left waiting,
+    in gloo's full-mesh connection (which retries for minutes whatever the process group's
+    timeout) or in its first collective: --timeout 5 ends every process long before."""
+    env = clean_env(PBS_JOBID="9.pbs", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    procs = []
+    started = time.monotonic()
+    for rank in (0, 1, 1):
+        procs.append(subprocess.Popen(
+            [sys.executable, script(BASIC), "--timeout", "5"], env={**env, "RANK": str(rank),
+                                                                    "LOCAL_RANK": str(rank)},
+            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True))
+        time.sleep(1)
+    results = [finish(proc, timeout=150) for proc in procs]
+    seconds = time.monotonic() - started
+    assert any(code != 0 for code, _ in results), results
+    assert seconds < 60, f"{seconds:.0f} s: gloo's own connect timeout, not --timeout"
+
+
+# A wait inside init_process_group that never ends (what gloo's mesh connection does when a
+# peer never answers): the process group's timeout does not reach it.
+STUCK_INIT = """
+import runpy, sys, time
+import torch.distributed as dist
+dist.init_process_group = lambda *args, **kwargs: time.sleep(600)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_wait_that_torch_does_not_bound_ends_at_the_timeout():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = clean_env(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    started = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", STUCK_INIT, script(BASIC), "--timeout", "3"],
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+             for rank in (0, 1)]
+    results = [finish(proc, timeout=120) for proc in procs]
+    for rank, (code, output) in enumerate(results):
+        assert code == 1, output
+        assert output.strip().splitlines()[-1].startswith(
+            f"setup_distributed: rank {rank} gave up after 3 s (--timeout) while connecting to the other 1 "
+            f"rank(s) (gloo; the master at 127.0.0.1:{port} had answered). A rank is missing, or cannot "
+            "reach the others on the interface it chose (set GLOO_SOCKET_IFNAME"), output
+    assert time.monotonic() - started < 45

@@ -159,16 +159,34 @@ def test_shell_and_python_derive_the_same_port(tmp_path, job_id):
 
 
 def test_two_nodes_give_a_multi_node_launch_line(tmp_path):
-    """Two nodes in the node file: one torchrun per node through NODE_LAUNCHER, rendezvous
-    at the first node on the job's port (checked with a stand-in launcher that echoes)."""
-    env = pbs_env(tmp_path, "555.pbs", "nodeA", "nodeA", "nodeB")
-    env.update(NPROC_PER_NODE="4", NODE_LAUNCHER="echo mpiexec -n 2 --ppn 1")
+    """Two nodes in the node file: through NODE_LAUNCHER, torchrun_node.sh on each node starts
+    one torchrun, rendezvous at the first node on the job's port (checked with a stand-in
+    launcher that runs the command here, once, and a stand-in torchrun that echoes)."""
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "activate").write_text(f'PATH="{venv_bin}:$PATH"\n')
+    (venv_bin / "torchrun").write_text('#!/bin/bash\necho "torchrun $*"\n')
+    (venv_bin / "torchrun").chmod(0o755)
+    env = pbs_env(tmp_path, "555.pbs", "nodeA", "nodeA", "nodeB", venv=str(tmp_path / "venv"))
+    env.update(NPROC_PER_NODE="4", NODE_LAUNCHER="env")
     result = run(["bash", "-c", "source scripts/pbs_common.sh && launch_torchrun train.py --epochs 1"],
                  env=env, timeout=30)
     assert result.returncode == 0, result.output
-    port = job_port("555.pbs")
-    assert (f"mpiexec -n 2 --ppn 1 torchrun --nnodes=2 --nproc_per_node=4 --rdzv-backend=c10d "
-            f"--rdzv-endpoint=nodeA:{port} --rdzv-id=555.pbs train.py --epochs 1") in result.output
+    # The port: one free on this node (where the job script runs: the first node), chosen per
+    # launch, so that two launches side by side in one job do not meet at one rendezvous.
+    node_script = REPO / "scripts" / "13_multinode_and_hpc" / "torchrun_node.sh"
+    port = re.search(rf"^\+ env bash {re.escape(str(node_script))} 2 nodeA:(\d+) train.py", result.output,
+                     flags=re.M)[1]
+    # nodeA is not this machine: its torchrun does not host the rendezvous.
+    assert (f"\ntorchrun --nnodes=2 --nproc_per_node=4 --rdzv-backend=c10d --rdzv-endpoint=nodeA:{port} "
+            "--rdzv-id=555.pbs train.py --epochs 1\n") in result.output, result.output
+    again = run(["bash", "-c", "source scripts/pbs_common.sh && launch_torchrun train.py --epochs 1"],
+                env=env, timeout=30)
+    assert f"nodeA:{port} " not in again.output, "a second launch in the job got the same port"
+    # MASTER_PORT set before the job: every launch uses it.
+    given = run(["bash", "-c", "source scripts/pbs_common.sh && launch_torchrun train.py"],
+                env={**env, "MASTER_PORT": "23456"}, timeout=30)
+    assert " 2 nodeA:23456 train.py" in given.output, given.output
 
 
 def test_without_a_scheduler_this_host_is_the_only_node(tmp_path):

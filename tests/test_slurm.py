@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, mpi_env, run
 from slurm_cluster import shared_cluster
 
-from utils.distributed import JOB_PORT_BASE, JOB_PORT_SPAN, job_port
+from utils.distributed import JOB_PORT_BASE, JOB_PORT_SPAN, job_port, launch_port
 
 FOLDER = "scripts/13_multinode_and_hpc"
 SLURM_JOB_SCRIPTS = sorted(p.name for p in REPO.glob("scripts/*/*.sh") if "\n#SBATCH" in p.read_text())
@@ -85,8 +85,10 @@ def test_srun_job_script_beside_a_job_on_a_fixed_port(slurm, tmp_path):
         good = slurm.submit(["sbatch", "--parsable", f"--output={good_output}", f"{FOLDER}/slurm_srun.sh"],
                             output=good_output)
         good_id = assert_job_ran(good, launcher="slurm", tasks_per_node=2)
-        # setup_distributed() used the address and port the job script derived
-        assert f"ranks_per_node=2 master=localhost:{job_port(good_id)}\n" in good.output
+        # setup_distributed() used the job script's address, and a port of the job and its
+        # first step (where_am_i.py): srun steps side by side in one job do not share one.
+        port = launch_port(good_id, "SLURM_STEP_ID=0")
+        assert f"ranks_per_node=2 master=localhost:{port}\n" in good.output
         assert slurm.job(first_id)["JobState"] == "RUNNING", "the jobs did not run side by side"
     finally:
         slurm.command("scancel", first_id)
@@ -111,5 +113,5 @@ def test_srun_with_a_pmi_plugin(slurm, plugin, mpi):
     assert rank_lines(where.output) == [("0", "slurm"), ("1", "slurm")], where.output
     port = int(re.search(r"summary: launcher=slurm world_size=2 nodes=1 ranks_per_node=2 "
                          r"master=127\.0\.0\.1:(\d+)$", where.output, flags=re.M)[1])
-    assert JOB_PORT_BASE <= port < JOB_PORT_BASE + JOB_PORT_SPAN, "not the port of the job's id"
+    assert JOB_PORT_BASE <= port < JOB_PORT_BASE + JOB_PORT_SPAN, "not a port of the job and its step"
 

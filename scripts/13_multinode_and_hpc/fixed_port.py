@@ -11,16 +11,17 @@ Run it:
     python scripts/13_multinode_and_hpc/fixed_port.py                      # 1 process: no port
     torchrun --standalone --nproc_per_node=2 scripts/13_multinode_and_hpc/fixed_port.py
     mpiexec -n 2 python scripts/13_multinode_and_hpc/fixed_port.py          # port: rank 0 picks one
-    PBS_JOBID=1001.pbs mpiexec -n 2 python scripts/13_multinode_and_hpc/fixed_port.py  # from the job id
+    PBS_JOBID=1001.pbs mpiexec -n 2 python scripts/13_multinode_and_hpc/fixed_port.py  # in a job: per launch
     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0 scripts/13_multinode_and_hpc/fixed_port.py
                                                                             # on each of 2 nodes
 
 The pitfall (--variant bad): the script fixes MASTER_PORT=29500 wherever the launcher did not
 set one, as many examples do. Run two such jobs side by side on one node (mpiexec, srun, a
 PBS or Slurm job): the second fails with "port 29500 ... is already in use". The fix
-(--variant good): leave the port to setup_distributed(), which derives it from the scheduler's
-job id (PBS_JOBID, SLURM_JOB_ID: different for every job, the same on all its nodes), or lets
-rank 0 pick a free port and broadcast it over MPI. Under torchrun the port is torchrun's
+(--variant good): leave the port to setup_distributed(), which derives it from the launch
+(the scheduler's job id with the launcher's launch id: different for every job and every
+launch in it, the same on all its nodes), or lets rank 0 pick a free port and broadcast it
+over MPI, or, with neither, derives it from the job id. Under torchrun the port is torchrun's
 (--rdzv-endpoint, or a free one with --standalone), so --variant changes nothing there.
 """
 
@@ -40,14 +41,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.data import synthetic_classification
-from utils.distributed import (
-    JOB_ID_VARIABLES,
-    cleanup_distributed,
-    detect_launcher,
-    print0,
-    resolve_master,
-    setup_distributed,
-)
+from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.replicas import verify_replicas
 
 FIXED_PORT = 29500  # torchrun's old default, and the port most examples copy
@@ -60,18 +54,6 @@ def parse_args():
     add_variant_arg(parser, bad=f"the script fixes MASTER_PORT={FIXED_PORT}",
                     good="the port comes from the job id, or rank 0 picks a free one")
     return parser.parse_args()
-
-
-def port_origin(launcher: str, world_size: int) -> str:
-    """Where the master port comes from, in setup_distributed()'s order (docs/launchers.md)."""
-    if world_size == 1:
-        return "none"  # one process: nothing to meet, no port
-    if launcher in ("torchrun", "env") and "TORCHELASTIC_RUN_ID" in os.environ:
-        return "torchrun"
-    if "MASTER_PORT" in os.environ:
-        return "MASTER_PORT"
-    job_id_variable = next((name for name in JOB_ID_VARIABLES if os.environ.get(name)), None)
-    return f"{job_id_variable}={os.environ[job_id_variable]}" if job_id_variable else "mpi_broadcast"
 
 
 def node_address(master_addr: str, master_port: int) -> str:
@@ -88,8 +70,9 @@ def main() -> None:
     # 1. Choose the port (the pitfall is here).
     # --8<-- [start:good_port]
     # good: set nothing. setup_distributed() takes MASTER_PORT if the launcher or the job
-    # script set one, else derives it from the job id (utils.distributed.job_port), else
-    # rank 0 picks a free port and broadcasts it over MPI.
+    # script set one, else derives one from the job id and the launch id that the launcher
+    # gives (a Slurm step, a PALS application, a PMIx namespace), else rank 0 picks a free
+    # port and broadcasts it over MPI, else it derives one from the job id alone.
     # --8<-- [end:good_port]
     if args.variant == "bad":
         # --8<-- [start:bad_port]
@@ -98,18 +81,15 @@ def main() -> None:
         os.environ.setdefault("MASTER_PORT", str(FIXED_PORT))
         # --8<-- [end:bad_port]
 
-    # 2. Resolve where rank 0 listens, as setup_distributed() will (pinned in the
-    #    environment, so it uses exactly this), then join the process group.
-    info = detect_launcher()
-    origin = port_origin(info.launcher, info.world_size)
-    master_addr, master_port = "none", 0
-    if info.world_size > 1:
-        master_addr, master_port = resolve_master(info)
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-    ctx = setup_distributed(args.backend, args.timeout)  # a port already in use fails here
+    # 2. Join the process group: setup_distributed() says where rank 0 listened, and where
+    #    that port came from (a port already in use fails here, with an explanation).
+    ctx = setup_distributed(args.backend, args.timeout)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant}")
-    if ctx.world_size == 1:
+    rdzv = ctx.rendezvous
+    master_addr, master_port = (rdzv.addr, rdzv.port) if rdzv else ("none", 0)
+    origin = rdzv.port_from if rdzv else "none"
+    if rdzv is None:
         print0("one process: no rendezvous, so no port")
     else:
         print0(f"rank 0 listens on {master_addr}:{master_port} (port from: {origin})")

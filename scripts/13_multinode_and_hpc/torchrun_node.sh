@@ -16,10 +16,11 @@
 #
 # Arguments:
 #   NNODES     how many nodes take part; the job starts when all of them have joined
-#   RDZV_HOST  host name or address of one node, reachable from all of them; the PORT is
-#              free on that node and the same everywhere. Left out, it is derived from the
-#              job id (PBS_JOBID, SLURM_JOB_ID) as the job scripts do: never a fixed
-#              one, so two jobs on one node do not collide.
+#   RDZV_HOST  host name or address of one node, reachable from all of them (any of its
+#              names: the node whose addresses it resolves to hosts the rendezvous); the
+#              PORT is free on that node and the same everywhere. Left out, it is derived
+#              from the job id (PBS_JOBID, SLURM_JOB_ID) as the job scripts do: never a
+#              fixed one, so two jobs on one node do not collide.
 #   SCRIPT     default: scripts/13_multinode_and_hpc/where_am_i.py (who runs where)
 # Parameters (environment):
 #   NPROC_PER_NODE  processes on this node (default: its GPUs, else 2)
@@ -55,6 +56,20 @@ else
     exit 2
 fi
 
+# is_this_node HOST: true when HOST is this node's host name, or an address of this node, or
+# a name that resolves to one (through /etc/hosts or DNS: getent).
+is_this_node() {
+    local host=$1 address
+    [[ "$host" == "$(hostname)" || "$host" == "$(hostname -f 2>/dev/null)" ]] && return 0
+    local -a mine resolved
+    read -r -a mine <<< "$(hostname -I 2>/dev/null) 127.0.0.1 ::1"
+    mapfile -t resolved < <({ echo "$host"; getent ahosts "$host" 2>/dev/null | awk '{print $1}'; } | sort -u)
+    for address in "${resolved[@]}"; do
+        [[ " ${mine[*]} " == *" $address "* || "$address" == 127.* ]] && return 0
+    done
+    return 1
+}
+
 # --- processes on this node: one per GPU; without GPUs, 2 CPU processes.
 nproc=$(processes_per_node)
 
@@ -62,10 +77,13 @@ nproc=$(processes_per_node)
 cmd=(torchrun --nnodes="$nnodes" --nproc_per_node="$nproc"
      --rdzv-backend=c10d --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="${RDZV_ID:-${job_id:-ddp-by-hand}}")
 [[ -z "${LOCAL_ADDR:-}" ]] || cmd+=(--local-addr="$LOCAL_ADDR")
-# torchrun knows itself as the rendezvous host by its host name and that name's address only;
-# RDZV_HOST given as this node's address on another network (hsn0, ib0) must be declared, or
-# every node waits for a store that none of them starts.
-if [[ " $(hostname -I 2>/dev/null) " == *" $rdzv_host "* ]]; then
+# torchrun knows itself as the rendezvous host only by its host name and that name's
+# addresses. RDZV_HOST given as another name of this node (PBS on HPE/Cray lists
+# x3004c0s1b0n0.hsn.cm.<site>, the high-speed network's name, where `hostname` says
+# x3004c0s1b0n0) or as its address on another network (hsn0, ib0) must be declared, or every
+# node waits for a store that none of them starts. This node hosts it when RDZV_HOST is, or
+# resolves to, one of its own addresses.
+if is_this_node "$rdzv_host"; then
     cmd+=(--rdzv-conf=is_host=true)
 fi
 echo "+ ${cmd[*]} $*"
