@@ -169,6 +169,10 @@ def main() -> None:
             log(f"stopping after epoch {epoch + 1} of {args.epochs}, as if the job had been "
                 "killed: run the same command with --resume to continue")
             break
+    # The bad variant's ranks may still be writing the file: let every rank finish first
+    # (in the good variant, save_checkpoint's barrier has already seen to that).
+    dist.barrier()
+
     # --8<-- [start:inference]
     # 7. Later, for inference: a plain model (no DDP, one process) loads the checkpoint.
     plain_load = "skipped"
