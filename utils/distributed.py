@@ -86,6 +86,11 @@ class DistributedContext:
     device: torch.device
     backend: str
     launcher: str
+    # Where rank 0 listened, as setup used it (None in a world of one), and where the port
+    # came from: "torchrun", "MASTER_PORT", "<JOB_ID_VARIABLE>=<id>", "mpi_broadcast", "none".
+    master_addr: str | None = None
+    master_port: int | None = None
+    port_from: str = "none"
 
     @property
     def is_main(self) -> bool:
@@ -232,6 +237,10 @@ def _job_id(env: Mapping[str, str]) -> str | None:
     return next((env[name] for name in JOB_ID_VARIABLES if env.get(name)), None)
 
 
+def _job_id_variable(env: Mapping[str, str]) -> str | None:
+    return next((name for name in JOB_ID_VARIABLES if env.get(name)), None)
+
+
 def _node_list_head(env: Mapping[str, str]) -> str | None:
     nodefile = env.get("PBS_NODEFILE")
     if nodefile and os.path.isfile(nodefile):
@@ -251,6 +260,13 @@ def _free_port() -> int:
 
 def resolve_master(info: LaunchInfo, env: Mapping[str, str] | None = None) -> tuple[str, int]:
     """Where rank 0 listens: (address, port), following the order in the module docstring."""
+    addr, port, _ = resolve_master_and_origin(info, env)
+    return addr, port
+
+
+def resolve_master_and_origin(info: LaunchInfo, env: Mapping[str, str] | None = None) -> tuple[str, int, str]:
+    """resolve_master(), and where the port came from: "MASTER_PORT", "<VARIABLE>=<job id>"
+    (e.g. "PBS_JOBID=1001.pbs"), or "mpi_broadcast" (rank 0 picked a free one)."""
     env = os.environ if env is None else env
     single_node = info.local_world_size == info.world_size
     addr = env.get("MASTER_ADDR") or (SINGLE_NODE_ADDR if single_node else None)
@@ -262,11 +278,15 @@ def resolve_master(info: LaunchInfo, env: Mapping[str, str] | None = None) -> tu
             raise DistributedSetupError(f"MASTER_PORT={port_text!r} is not a port number.") from None
         if not 0 < port < 65536:
             raise DistributedSetupError(f"MASTER_PORT={port} is outside 1..65535.")
+        origin = "MASTER_PORT"
     else:
-        job_id = _job_id(env)
-        port = job_port(job_id) if job_id else None
+        variable = _job_id_variable(env)
+        port = job_port(env[variable]) if variable else None
+        origin = f"{variable}={env[variable]}" if variable else "none"
 
     if (addr is None or port is None) and info.launcher in MPI_LAUNCHERS:
+        if port is None:
+            origin = "mpi_broadcast"
         addr, port = _agree_over_mpi(info, addr, port)
     if addr is None:
         addr = _node_list_head(env)
@@ -282,7 +302,7 @@ def resolve_master(info: LaunchInfo, env: Mapping[str, str] | None = None) -> tu
             "set MASTER_PORT (any free port, the same on every rank), or install mpi4py "
             "so rank 0 can pick one and broadcast it."
         )
-    return addr, port
+    return addr, port, origin
 
 
 def _agree_over_mpi(info: LaunchInfo, addr: str | None, port: int | None) -> tuple[str, int]:
@@ -420,14 +440,18 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
     timeout = datetime.timedelta(seconds=timeout_s)
     device_id = device if device.type == "cuda" else None
 
+    addr, port, origin = None, None, "none"
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         # torchrun already holds the rendezvous store at MASTER_ADDR:MASTER_PORT.
+        addr, port, origin = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), "torchrun"
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     else:
         if info.world_size == 1:
             store: dist.Store = dist.HashStore()  # nothing to meet: no port, no network
         else:
-            addr, port = resolve_master(info)
+            addr, port, origin = resolve_master_and_origin(info)
+            if origin == "MASTER_PORT" and "TORCHELASTIC_RUN_ID" in os.environ:
+                origin = "torchrun"  # torchrun sets MASTER_PORT for the processes it starts
             store = _connect_store(info, addr, port, timeout)
         dist.init_process_group(
             backend, store=store, rank=info.rank, world_size=info.world_size,
@@ -436,7 +460,7 @@ def setup_distributed(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_
     return DistributedContext(
         rank=info.rank, local_rank=info.local_rank, world_size=info.world_size,
         local_world_size=info.local_world_size, device=device, backend=backend,
-        launcher=info.launcher,
+        launcher=info.launcher, master_addr=addr, master_port=port, port_from=origin,
     )
 
 

@@ -41,11 +41,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.data import synthetic_classification
 from utils.distributed import (
-    JOB_ID_VARIABLES,
     cleanup_distributed,
-    detect_launcher,
     print0,
-    resolve_master,
     setup_distributed,
 )
 from utils.replicas import verify_replicas
@@ -60,18 +57,6 @@ def parse_args():
     add_variant_arg(parser, bad=f"the script fixes MASTER_PORT={FIXED_PORT}",
                     good="the port comes from the job id, or rank 0 picks a free one")
     return parser.parse_args()
-
-
-def port_origin(launcher: str, world_size: int) -> str:
-    """Where the master port comes from, in setup_distributed()'s order (docs/launchers.md)."""
-    if world_size == 1:
-        return "none"  # one process: nothing to meet, no port
-    if launcher in ("torchrun", "env") and "TORCHELASTIC_RUN_ID" in os.environ:
-        return "torchrun"
-    if "MASTER_PORT" in os.environ:
-        return "MASTER_PORT"
-    job_id_variable = next((name for name in JOB_ID_VARIABLES if os.environ.get(name)), None)
-    return f"{job_id_variable}={os.environ[job_id_variable]}" if job_id_variable else "mpi_broadcast"
 
 
 def node_address(master_addr: str, master_port: int) -> str:
@@ -98,22 +83,15 @@ def main() -> None:
         os.environ.setdefault("MASTER_PORT", str(FIXED_PORT))
         # --8<-- [end:bad_port]
 
-    # 2. Resolve where rank 0 listens, as setup_distributed() will (pinned in the
-    #    environment, so it uses exactly this), then join the process group.
-    info = detect_launcher()
-    origin = port_origin(info.launcher, info.world_size)
-    master_addr, master_port = "none", 0
-    if info.world_size > 1:
-        master_addr, master_port = resolve_master(info)
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+    # 2. Join the process group. ctx says where rank 0 listened and where the port came from.
     ctx = setup_distributed(args.backend, args.timeout)  # a port already in use fails here
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant}")
     if ctx.world_size == 1:
         print0("one process: no rendezvous, so no port")
     else:
-        print0(f"rank 0 listens on {master_addr}:{master_port} (port from: {origin})")
-    if args.variant == "bad" and origin == "torchrun":
+        print0(f"rank 0 listens on {ctx.master_addr}:{ctx.master_port} (port from: {ctx.port_from})")
+    if args.variant == "bad" and ctx.port_from == "torchrun":
         print0("(torchrun set the port: --variant bad changes nothing under torchrun)")
 
     # 3. Train a small model for a few epochs: the job holds its port all the while.
@@ -141,7 +119,7 @@ def main() -> None:
 
     # --8<-- [start:report]
     # 4. Which node each rank ran on, and whether every replica ends the same (checksums).
-    node = node_address(master_addr, master_port) if ctx.world_size > 1 else "127.0.0.1"
+    node = node_address(ctx.master_addr, ctx.master_port) if ctx.world_size > 1 else "127.0.0.1"
     nodes: list = [None] * ctx.world_size
     dist.all_gather_object(nodes, node)
     ranks_per_node = Counter(nodes)
@@ -151,7 +129,7 @@ def main() -> None:
     print0(replicas)
     # --8<-- [end:report]
     print0(f"summary: variant={args.variant} launcher={ctx.launcher} world_size={ctx.world_size} "
-           f"port={master_port} port_from={origin} nodes={len(ranks_per_node)} "
+           f"port={ctx.master_port or 0} port_from={ctx.port_from} nodes={len(ranks_per_node)} "
            f"ranks_per_node={','.join(map(str, ranks_per_node.values()))} "
            f"params_identical={'yes' if replicas.identical else 'no'} "
            f"checksum={replicas.checksums[0]:.10f}")
