@@ -116,10 +116,33 @@ def python(path: str, *args: str, env: dict[str, str] | None = None, timeout: fl
     return run([sys.executable, script(path), *args], env=env, timeout=timeout)
 
 
-def torchrun(nproc: int, path: str, *args: str, timeout: float = 180) -> Result:
+def torchrun(nproc: int, path: str, *args: str, env: dict[str, str] | None = None,
+             timeout: float = 180) -> Result:
     """`torchrun --standalone --nproc_per_node=N script.py ...`"""
     cmd = [VENV_BIN / "torchrun", "--standalone", f"--nproc_per_node={nproc}", script(path), *args]
-    return run(cmd, timeout=timeout)
+    return run(cmd, env=env, timeout=timeout)
+
+
+def observed_writes(watch: Path, log: Path) -> dict[str, str]:
+    """An environment in which every Python process (the ranks too) logs, to files in `log`,
+    each write it makes into `watch`, with its rank: tests/observe/sitecustomize.py."""
+    log.mkdir(parents=True, exist_ok=True)
+    pythonpath = os.pathsep.join(filter(None, [str(REPO / "tests" / "observe"),
+                                               os.environ.get("PYTHONPATH")]))
+    return clean_env(PYTHONPATH=pythonpath, OBSERVE_WRITES_DIR=str(watch), OBSERVE_WRITES_LOG=str(log))
+
+
+def writes_to(log: Path, target: Path, world_size: int) -> list[int]:
+    """Per rank, how many times `target` got new content: a torch.save() onto it, or a
+    rename of a finished file over it (an atomic save), as the processes' logs recorded."""
+    counts = [0] * world_size
+    target_text = os.path.abspath(target)
+    for file in log.glob("*.log"):
+        for line in file.read_text().splitlines():
+            rank, kind, *paths = line.split("\t")
+            if (kind == "save" and paths[0] == target_text) or (kind == "rename" and paths[1] == target_text):
+                counts[int(rank)] += 1
+    return counts
 
 
 def mpi_env(mpi: str) -> dict[str, str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 import pytest
 from conftest import mpiexec, python, torchrun
 
@@ -10,26 +13,57 @@ LOADER = "01_data_parallel_ddp/distributed_dataloader.py"
 NUM_SAMPLES = 2048  # the script's default data set size
 
 
+def checksums(result) -> list[float]:
+    """Every rank's weights checksum after training, as rank 0 printed them."""
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("weights checksum per rank: "))
+    return [float(x) for x in line.split(": ", 1)[1].split(", ")]
+
+
 def assert_trained(result, world_size: int, launcher: str) -> None:
-    """Exit 0, every rank took part, rank 0 alone printed, and the loss went down."""
-    assert result.returncode == 0, result.output
-    summary = result.summary()
+    """Exit 0, every rank took part, rank 0 alone printed, the loss went down, and the
+    replicas ended identical (DDP averaged the gradients: every rank took the same steps)."""
+    summary = result.clean_summary()
     assert summary["world_size"] == str(world_size)
     assert summary["launcher"] == launcher
     assert summary["backend"] == "gloo"
     assert float(summary["final_loss"]) < float(summary["first_loss"]), summary
-    assert result.count("summary:") == 1, "a line printed by more than rank 0"
     per_rank = NUM_SAMPLES // world_size
     assert f"samples per rank per epoch: {[per_rank] * world_size}" in result.output
+    assert checksums(result) == [checksums(result)[0]] * world_size, result.output
 
 
-def test_single_process_without_launcher():
-    assert_trained(python(BASIC), world_size=1, launcher="none")
+@pytest.fixture(scope="module")
+def torchrun_2():
+    """The chapter's two-process run (the good variant is the default)."""
+    return torchrun(2, BASIC)
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_torchrun(nproc):
-    assert_trained(torchrun(nproc, BASIC), world_size=nproc, launcher="torchrun")
+@pytest.fixture(scope="module")
+def global_batch():
+    """One process on the global batch of two ranks of 32: what DDP must reproduce."""
+    return python(BASIC, "--batch-size", "64")
+
+
+def test_single_process_without_launcher(global_batch):
+    assert_trained(global_batch, world_size=1, launcher="none")
+
+
+def test_torchrun(torchrun_2):
+    assert_trained(torchrun_2, world_size=2, launcher="torchrun")
+
+
+def test_torchrun_4():
+    assert_trained(torchrun(4, BASIC), world_size=4, launcher="torchrun")
+
+
+def test_gradients_are_averaged_like_one_process_on_the_global_batch(torchrun_2, global_batch):
+    """DistributedSampler gives rank r the samples r, r+2, ... of each global batch of 64 in
+    the shuffled order, so two ranks of 32 see exactly the single process's batches. With
+    the gradients averaged the weights end the same, up to float rounding (~1e-6); with
+    summed or unsynchronized gradients they do not (each rank would step on its own half)."""
+    (two,), (one,) = set(checksums(torchrun_2)), checksums(global_batch)
+    assert two == pytest.approx(one, abs=1e-5), (torchrun_2.output, global_batch.output)
+    assert torchrun_2.summary()["final_loss"] == global_batch.summary()["final_loss"]
 
 
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
@@ -43,9 +77,8 @@ def test_mpich_ppn_form():
                    world_size=4, launcher="mpich")
 
 
-def test_pitfall_without_sampler_every_rank_trains_on_everything():
-    bad = torchrun(2, BASIC, "--variant", "bad")
-    good = torchrun(2, BASIC, "--variant", "good")
+def test_pitfall_without_sampler_every_rank_trains_on_everything(torchrun_2):
+    bad, good = torchrun(2, BASIC, "--variant", "bad"), torchrun_2
     assert bad.returncode == 0 and good.returncode == 0, bad.output + good.output
     bad_summary, good_summary = bad.summary(), good.summary()
     # bad: each of the 2 ranks saw the whole data set, so the job did twice the work ...
@@ -59,27 +92,44 @@ def test_pitfall_without_sampler_every_rank_trains_on_everything():
 
 
 def loader_summary(result):
-    assert result.returncode == 0, result.output
-    return result.summary()
+    return result.clean_summary()
+
+
+def epoch_shards(output: str) -> dict[int, list[list[int]]]:
+    """{epoch: [rank 0's indices, rank 1's, ...]} from the 'epoch E: rank 0: [...]  rank 1: ...' lines."""
+    shards = {}
+    for line in output.splitlines():
+        if match := re.fullmatch(r"epoch (\d+): (.*)", line):
+            parts = re.findall(r"rank (\d+): \[([\d, ]*)\]", match[2])
+            assert [int(r) for r, _ in parts] == list(range(len(parts))), line
+            shards[int(match[1])] = [[int(i) for i in ids.split(", ") if i] for _, ids in parts]
+    return shards
 
 
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_dataloader_shards_pad_and_drop(nproc):
     result = torchrun(nproc, LOADER)
-    summary = loader_summary(result)
-    samples = 11
+    summary = result.clean_summary()
+    samples, epochs = 11, 2  # the script's defaults
     per_rank_pad = -(-samples // nproc)  # ceil
+    padded = per_rank_pad * nproc - samples
+    # The shards the ranks drew, as printed: one line per epoch, one equal shard per rank,
+    # disjoint but for the padding repeats, together the whole data set, new each epoch.
+    shards = epoch_shards(result.output)
+    assert sorted(shards) == list(range(epochs)), result.output
+    for epoch, per_rank in shards.items():
+        assert [len(shard) for shard in per_rank] == [per_rank_pad] * nproc, (epoch, per_rank)
+        seen = Counter(i for shard in per_rank for i in shard)
+        assert set(seen) == set(range(samples)), (epoch, per_rank)
+        assert sum(seen.values()) - len(seen) == padded, (epoch, per_rank)  # repeats: the padding only
+    assert shards[0] != shards[1]
+    assert f"drop_last=False: {per_rank_pad} samples per rank;" in result.output
+    assert f"drop_last=True: {samples // nproc} samples per rank;" in result.output
     assert summary["padded_per_rank"] == str(per_rank_pad)
     assert summary["drop_last_per_rank"] == str(samples // nproc)
-    assert summary["padded"] == str(per_rank_pad * nproc - samples)
+    assert summary["padded"] == str(padded)
     assert summary["dropped"] == str(samples - (samples // nproc) * nproc)
     assert summary["reshuffled_each_epoch"] == "yes"
-    # Each epoch's shards are disjoint (bar the padding) and together cover the data set.
-    for line in (ln for ln in result.output.splitlines() if ln.startswith("epoch ")):
-        shards = [eval(part.split(": ", 1)[1]) for part in line.split(": ", 1)[1].split("  ")]
-        assert len(shards) == nproc
-        seen = [i for shard in shards for i in shard]
-        assert set(seen) == set(range(samples)), line
 
 
 def test_dataloader_single_process_and_mpi():

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 import logging
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import mpiexec, python, torchrun
+from conftest import mpiexec, observed_writes, python, torchrun, writes_to
 from torch import nn
 
 from utils.checkpoint import atomic_torch_save, strip_prefixes, unwrap_model
@@ -33,6 +34,22 @@ def losses(summary: dict[str, str]) -> list[str]:
     return summary["losses"].split(",")
 
 
+def rng_states(summary: dict[str, str]) -> list[str]:
+    """The fingerprint of every rank's RNG state at the start of each epoch the run trained."""
+    return summary["rng_states"].split(",")
+
+
+def observed(tmp_path_factory, name: str) -> tuple[Path, dict[str, str]]:
+    """A checkpoint directory, and an environment that logs who writes into it."""
+    path = tmp_path_factory.mktemp(name)
+    return path, observed_writes(path, path.parent / f"{path.name}_writes")
+
+
+def writes(path: Path, world_size: int, variant: str = "good") -> list[int]:
+    """Per rank, how often the checkpoint file got new content, as the file system saw it."""
+    return writes_to(path.parent / f"{path.name}_writes", path / f"checkpoint_{variant}.pt", world_size)
+
+
 def epoch_lines(output: str, epoch: int, epochs: int = EPOCHS) -> list[str]:
     return [ln for ln in output.splitlines() if f"epoch {epoch}/{epochs}  loss" in ln]
 
@@ -40,27 +57,27 @@ def epoch_lines(output: str, epoch: int, epochs: int = EPOCHS) -> list[str]:
 # Runs that several tests read (each launch costs seconds on a loaded 2-core machine).
 @pytest.fixture(scope="module")
 def good_2(tmp_path_factory):
-    path = tmp_path_factory.mktemp("good_2")
-    return (*train(lambda *a: torchrun(2, *a), path), path)
+    path, env = observed(tmp_path_factory, "good_2")
+    return (*train(lambda *a: torchrun(2, *a, env=env), path), path)
 
 
 @pytest.fixture(scope="module")
 def bad_2(tmp_path_factory):
-    path = tmp_path_factory.mktemp("bad_2")
-    return (*train(lambda *a: torchrun(2, *a), path, "--variant", "bad"), path)
+    path, env = observed(tmp_path_factory, "bad_2")
+    return (*train(lambda *a: torchrun(2, *a, env=env), path, "--variant", "bad"), path)
 
 
 @pytest.fixture(scope="module")
 def single_good(tmp_path_factory):
-    path = tmp_path_factory.mktemp("single")
-    return train(python, path)
+    path, env = observed(tmp_path_factory, "single")
+    return (*train(lambda *a: python(*a, env=env), path), path)
 
 
 # --------------------------------------------------------------------------- logging
 def test_single_process_logs_saves_and_loads(single_good):
-    result, summary = single_good
+    result, summary, path = single_good
     assert summary["world_size"] == "1" and summary["launcher"] == "none"
-    assert summary["writes_per_rank"] == str(EPOCHS)
+    assert writes(path, 1) == [EPOCHS]
     assert summary["plain_load"] == "ok"
     assert len(losses(summary)) == EPOCHS and float(losses(summary)[-1]) < float(losses(summary)[0])
     assert all(len(epoch_lines(result.output, e)) == 1 for e in range(1, EPOCHS + 1))
@@ -84,11 +101,12 @@ def test_good_only_rank_0_logs(good_2):
     assert "[rank" not in result.output
 
 
-def test_bad_with_four_ranks_prints_four_copies(tmp_path):
-    result, summary = train(lambda *a: torchrun(4, *a), tmp_path, "--variant", "bad", "--epochs", "1")
+def test_bad_with_four_ranks_prints_four_copies(tmp_path_factory):
+    path, env = observed(tmp_path_factory, "bad_4")
+    result, summary = train(lambda *a: torchrun(4, *a, env=env), path, "--variant", "bad", "--epochs", "1")
     lines = epoch_lines(result.output, 1, epochs=1)
     assert sorted(ln.split("]")[0] for ln in lines) == [f"[rank {r}" for r in range(4)]
-    assert summary["writes_per_rank"] == "1,1,1,1"
+    assert writes(path, 4, "bad") == [1, 1, 1, 1]
 
 
 def test_logger_filters_by_rank_and_prefixes_on_request(monkeypatch):
@@ -111,7 +129,7 @@ def test_logger_filters_by_rank_and_prefixes_on_request(monkeypatch):
 # --------------------------------------------------------------------------- checkpoints
 def test_bad_saves_module_keys_and_a_plain_model_cannot_load_them(bad_2):
     result, summary, path = bad_2
-    assert summary["writes_per_rank"] == f"{EPOCHS},{EPOCHS}"  # both ranks wrote the one file
+    assert writes(path, 2, "bad") == [EPOCHS, EPOCHS]  # both ranks wrote the one file
     assert summary["plain_load"] == "failed"
     # PyTorch's own message, as the script printed it ...
     assert 'Missing key(s) in state_dict: "0.weight", "0.bias", "3.weight", "3.bias".' in result.output
@@ -126,7 +144,7 @@ def test_bad_saves_module_keys_and_a_plain_model_cannot_load_them(bad_2):
 
 def test_good_saves_clean_keys_once_atomically(good_2):
     result, summary, path = good_2
-    assert summary["writes_per_rank"] == f"{EPOCHS},0"  # rank 0 alone wrote
+    assert writes(path, 2) == [EPOCHS, 0]  # rank 0 alone wrote
     assert summary["plain_load"] == "ok"
     assert "its outputs equal the trained model's" in result.output
     assert sorted(p.name for p in path.iterdir()) == ["checkpoint_good.pt"]  # no temp file left
@@ -168,20 +186,29 @@ def test_good_resume_reproduces_the_uninterrupted_run(tmp_path, good_2):
     assert first["start_epoch"] == "0" and first["epochs_done"] == "2"
     result, resumed = train(lambda *a: torchrun(2, *a), tmp_path, "--resume")
     assert resumed["start_epoch"] == "2" and resumed["epochs_done"] == str(EPOCHS)
-    assert resumed["rng_restored"] == "yes"
     assert "resumed from checkpoint_good.pt: 2 epoch(s) done" in result.output
+    # Every rank's RNG state at the start of epochs 3 and 4 is the uninterrupted run's ...
+    assert rng_states(first) + rng_states(resumed) == rng_states(straight)
+    # ... and so is every loss, to the last printed digit.
     assert losses(first) + losses(resumed) == losses(straight)
 
 
 def test_bad_resume_does_not(tmp_path, single_good):
-    """Without the RNG states the dropout masks after the resume are new ones: the loss
-    sequence departs from the uninterrupted run's (one process suffices to show it)."""
-    _, straight = single_good
+    """The bad resume restores weights, optimizer and epoch but no RNG state: epoch 3 starts
+    with the RNG state epoch 1 started with (the script's seed), so its dropout masks are
+    epoch 1's, and the losses depart from the uninterrupted run's (one process shows it)."""
+    _, straight, _ = single_good
     _, first = train(python, tmp_path, "--variant", "bad", "--stop-after-epoch", "2")
     _, resumed = train(python, tmp_path, "--variant", "bad", "--resume")
     assert losses(first) == losses(straight)[:2]  # same training until the interruption
-    assert resumed["start_epoch"] == "2" and resumed["rng_restored"] == "no"
-    assert losses(resumed) != losses(straight)[2:]
+    assert rng_states(first) == rng_states(straight)[:2]
+    assert resumed["start_epoch"] == "2"
+    # The divergence: the RNG starts over, where the uninterrupted run's had moved on ...
+    assert rng_states(resumed)[0] == rng_states(straight)[0] != rng_states(straight)[2]
+    # ... while the weights and momentum were restored: the loss goes on from epoch 2's
+    # level (a restart from scratch would be back near epoch 1's), but not to the same value.
+    assert float(losses(resumed)[0]) < float(losses(straight)[1])
+    assert losses(resumed)[0] != losses(straight)[2]
 
 
 def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2):
@@ -189,7 +216,8 @@ def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2):
     _, straight, _ = good_2
     _, first = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--stop-after-epoch", "2")
     _, resumed = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--resume")
-    assert first["launcher"] == "mpich" and resumed["rng_restored"] == "yes"
+    assert first["launcher"] == "mpich"
+    assert rng_states(first) + rng_states(resumed) == rng_states(straight)
     assert losses(first) + losses(resumed) == losses(straight)
 
 

@@ -96,9 +96,9 @@ def test_timing_counts_both_ways_in_one_run(launch):
     assert summary["good_allreduces_per_step"] == "1"
     # 1024 samples per rank / 16 = 64 micro-batches = 32 steps in the one epoch, alternating
     assert summary["steps_each"] == "16"
-    # Times are printed, not compared: two loaded CPU cores make any ratio unreliable.
-    for key in ("bad_step_time", "good_step_time"):
-        assert float(summary[key].removesuffix("s")) > 0
+    # The times are printed, not tested (chapter 05 says so): on two loaded CPU cores even
+    # interleaved steps put either way first from one run to the next.
+    assert re.fullmatch(r"\d+\.\d{4}s", summary["bad_step_time"]), summary
 
 
 def test_help_shows_the_launch_commands():

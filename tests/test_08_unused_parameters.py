@@ -88,9 +88,9 @@ def test_timing_counts_the_extra_all_reduce_and_prints_the_ratio():
     # The flag adds an all-reduce to every step (which parameters each rank used) ...
     assert summary["plain_allreduces_per_step"] == "1"
     assert summary["find_unused_allreduces_per_step"] == "2"
-    # ... and its time is printed as a ratio, not compared: two loaded CPU cores make it noisy.
+    # ... and its time is printed as a ratio, not tested (chapter 08 says so): on two loaded
+    # CPU cores it changes from run to run.
     assert "cost: find_unused_parameters=True took" in result.output
-    assert float(summary["time_ratio"]) > 0
 
 
 def test_help_shows_the_launch_commands():

@@ -162,6 +162,7 @@ def test_two_nodes_train_together_with_torchrun_c10d(two_nodes):
     # One job of 4 ranks, 2 on each node (told apart by address), identical replicas.
     summary = parse_summary(node0.output)
     assert summary["launcher"] == "torchrun" and summary["world_size"] == "4", summary
+    assert summary["port_from"] == "torchrun", summary
     assert summary["nodes"] == "2" and summary["ranks_per_node"] == "2,2", summary
     assert summary["params_identical"] == "yes", node0.output
     assert re.search(rf"^node {re.escape(NODE_ADDRESSES[0])}: ranks \[0, 1\]$", node0.output, re.M)

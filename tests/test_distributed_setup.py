@@ -133,6 +133,10 @@ def test_master_from_environment_job_id_and_node_list(tmp_path):
     # one node: the loopback address
     one_node = LaunchInfo("slurm", 0, 2, 0, 2)
     assert resolve_master(one_node, {"SLURM_JOB_ID": "5"})[0] == "127.0.0.1"
+    # ... and where the port came from, as setup_distributed() reports it (ctx.port_from)
+    assert resolve_rendezvous(one_node, {"SLURM_JOB_ID": "5"}).port_from == "SLURM_JOB_ID=5"
+    port_set = {"MASTER_PORT": "23456", "PBS_JOBID": "1.pbs"}
+    assert resolve_rendezvous(one_node, port_set).port_from == "MASTER_PORT"
 
 
 def test_master_unknown_is_a_clear_error():

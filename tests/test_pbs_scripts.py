@@ -54,8 +54,11 @@ EXPECTED_IN_JOB_OUTPUT = {
                        "the bad variant failed as expected (exit code 1)", "outcome=completed totals=8,4,8"],
     "03_distributed_sampler": ["same_order_every_epoch=yes", "same_order_every_epoch=no",
                                "evaluated=1002", "matches_reference=no", "matches_reference=yes"],
-    "04_logging_and_checkpoints": ["variant=bad world_size=2", "writes_per_rank=4,4", "plain_load=failed",
-                                   "writes_per_rank=4,0", "plain_load=ok", "rng_restored=yes"],
+    "04_logging_and_checkpoints": ["variant=bad world_size=2", "plain_load=failed", "plain_load=ok",
+                                   "losses=1.281950,0.820391,0.428207,0.289692 "
+                                   "rng_states=e443777b,3fe4e9d6,b8f33ce5,7c440b23",
+                                   "start_epoch=2 epochs_done=4 losses=0.428207,0.289692 "
+                                   "rng_states=b8f33ce5,7c440b23"],
     "05_gradient_accumulation": ["variant=bad world_size=2", "allreduces_per_step=4",
                                  "variant=good world_size=2", "allreduces_per_step=1", "grads_equal=yes",
                                  "bad_allreduces_per_step=4 good_allreduces_per_step=1"],
@@ -69,7 +72,7 @@ EXPECTED_IN_JOB_OUTPUT = {
                              "the bad variant failed as expected (exit code 1)",
                              "variant=good world_size=2", "replicas_equal=yes", "every_2nd_find_unused=ok",
                              "every_2nd_static_graph=error", "find_unused_allreduces_per_step=2"],
-    "09_uneven_inputs": ["outcome=timeout batches_per_rank=28,37 hung_epoch=1 hung_step=29 waiting_ranks=1",
+    "09_uneven_inputs": ["outcome=timeout batches_per_rank=28,37 hung_epoch=1 rank0_steps_done=28",
                          "the bad variant failed as expected (exit code 1)",
                          "fix=join world_size=2", "steps_per_rank=84,111 samples_dropped_per_epoch=0",
                          "fix=even world_size=2", "steps_per_rank=84,84 samples_dropped_per_epoch=267",
@@ -90,10 +93,26 @@ EXPECTED_IN_JOB_OUTPUT = {
 }
 
 
+def expected_in_job_output(job_script: Path) -> list[str]:
+    """What the job must print: its folder's entry and its own, at least one of them."""
+    keys = [key for key in (job_script.parent.name, script_id(job_script)) if key in EXPECTED_IN_JOB_OUTPUT]
+    assert keys, f"{script_id(job_script)}: add what its output must show to EXPECTED_IN_JOB_OUTPUT"
+    return [text for key in keys for text in EXPECTED_IN_JOB_OUTPUT[key]]
+
+
+@pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=script_id)
+def test_every_job_script_has_expectations(job_script):
+    assert expected_in_job_output(job_script)
+
+
+def test_every_expectation_belongs_to_a_job_script():
+    keys = {key for job in JOB_SCRIPTS for key in (job.parent.name, script_id(job))}
+    assert set(EXPECTED_IN_JOB_OUTPUT) <= keys, set(EXPECTED_IN_JOB_OUTPUT) - keys
+
+
 def assert_job_output(output: str, job_script: Path) -> None:
-    for key in (job_script.parent.name, script_id(job_script)):
-        for text in EXPECTED_IN_JOB_OUTPUT.get(key, []):
-            assert text in output, text
+    for text in expected_in_job_output(job_script):
+        assert text in output, text
     for plot in re.findall(r"^plot: (\S+)$", output, flags=re.M):  # a plot the job says it saved
         assert Path(plot).read_bytes().startswith(b"\x89PNG"), plot
 

@@ -28,6 +28,7 @@ from torch.utils.data import DistributedSampler
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
+from utils.replicas import parameter_checksum
 from utils.timing import synchronized_clock
 
 
@@ -110,6 +111,11 @@ def main() -> None:
     dist.all_gather_object(samples_per_rank, samples_this_rank)
     work = sum(samples_per_rank) / len(dataset)  # 1.0 = the data set once per epoch
     print0(f"samples per rank per epoch: {samples_per_rank} (data set: {len(dataset)})")
+    # Each rank's weights reduced to one number: DDP's averaged gradients give every
+    # replica the same step, so the numbers agree (chapter 11 shows when they do not).
+    checksums = [None] * ctx.world_size
+    dist.all_gather_object(checksums, f"{parameter_checksum(model).item():.10f}")
+    print0(f"weights checksum per rank: {', '.join(checksums)}")
     if work > 1.0:
         print0(f"WARNING: the ranks processed {work:.1f}x the data set each epoch: every "
                "rank trained on all of it, so adding ranks added work, not speed.")
@@ -117,7 +123,8 @@ def main() -> None:
     print0(f"summary: variant={args.variant} world_size={ctx.world_size} backend={ctx.backend} "
            f"launcher={ctx.launcher} samples_per_rank={samples_per_rank[0]} work={work:.2f}x "
            f"epoch_time={mean_epoch_s:.3f}s throughput={len(dataset) / mean_epoch_s:.0f} "
-           f"samples/s first_loss={epoch_losses[0]:.4f} final_loss={epoch_losses[-1]:.4f}")
+           f"samples/s first_loss={epoch_losses[0]:.4f} final_loss={epoch_losses[-1]:.4f} "
+           f"checksum={checksums[0]}")
     # --8<-- [end:summary]
 
     # --8<-- [start:cleanup]

@@ -21,6 +21,7 @@ plain model cannot load it; its resume forgets map_location and the RNG states.
 
 import logging
 import sys
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
@@ -58,6 +59,13 @@ def parse_args():
 def build_model() -> nn.Module:
     # Dropout draws random numbers on every step: an exact resume must restore the RNG.
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 4))
+
+
+def rng_fingerprint(world_size: int) -> str:
+    """Eight hex digits that change whenever any rank's torch RNG state does (a collective)."""
+    states = [None] * world_size
+    dist.all_gather_object(states, torch.get_rng_state())
+    return f"{zlib.crc32(torch.cat(states).numpy().tobytes()):08x}"
 
 
 def main() -> None:
@@ -100,7 +108,7 @@ def main() -> None:
 
     # 5. Resume: continue where the checkpoint left off.
     checkpoint_path = args.checkpoint_dir / f"checkpoint_{args.variant}.pt"
-    start_epoch, rng_restored = 0, "n/a"
+    start_epoch = 0
     if args.resume and checkpoint_path.exists():
         if args.variant == "bad":
             # --8<-- [start:bad_resume]
@@ -109,7 +117,7 @@ def main() -> None:
             checkpoint = torch.load(checkpoint_path, weights_only=True)
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
-            start_epoch, rng_restored = checkpoint["epoch"], "no"
+            start_epoch = checkpoint["epoch"]
             # --8<-- [end:bad_resume]
         else:
             # --8<-- [start:good_resume]
@@ -117,17 +125,17 @@ def main() -> None:
             # rank's RNG states (torch, Python, numpy; CUDA on GPUs) restored.
             checkpoint = load_checkpoint(checkpoint_path, model, optimizer, device=ctx.device)
             start_epoch = checkpoint["epoch"]
-            rng_restored = "yes" if checkpoint["rng_restored"] else "no"
             # --8<-- [end:good_resume]
-        log(f"resumed from {checkpoint_path.name}: {start_epoch} epoch(s) done, "
-            f"RNG restored: {rng_restored}")
+        log(f"resumed from {checkpoint_path.name}: {start_epoch} epoch(s) done")
     elif args.resume:
         log(f"no {checkpoint_path.name} in the checkpoint directory yet: starting at epoch 1")
 
-    # 6. Train, and save a checkpoint after every epoch.
-    losses, writes = [], 0
+    # 6. Train, and save a checkpoint after every epoch. rng_states: a fingerprint of every
+    #    rank's RNG state as each epoch starts; an exact resume starts with the same ones.
+    losses, rng_states = [], []
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # the data order depends on the epoch, not on history
+        rng_states.append(rng_fingerprint(ctx.world_size))
         model.train()
         loss_sum, count = torch.zeros((), device=ctx.device), 0
         for inputs, labels in loader:
@@ -150,21 +158,21 @@ def main() -> None:
             args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "epoch": epoch + 1}, checkpoint_path)
-            writes += 1
             # --8<-- [end:bad_save]
         else:
             # --8<-- [start:good_save]
             # good: every rank calls it; rank 0 alone writes model.module's state, atomically;
             # the others wait at a barrier until the file is complete.
-            writes += save_checkpoint(checkpoint_path, model, optimizer, epoch=epoch + 1)
+            save_checkpoint(checkpoint_path, model, optimizer, epoch=epoch + 1)
             # --8<-- [end:good_save]
         log(f"saved {checkpoint_path.name} after epoch {epoch + 1}")
         if epoch + 1 == args.stop_after_epoch:
             log(f"stopping after epoch {epoch + 1} of {args.epochs}, as if the job had been "
                 "killed: run the same command with --resume to continue")
             break
-    writes_per_rank = [None] * ctx.world_size
-    dist.all_gather_object(writes_per_rank, writes)
+    # The bad variant's ranks may still be writing the file: let every rank finish first
+    # (in the good variant, save_checkpoint's barrier has already seen to that).
+    dist.barrier()
 
     # --8<-- [start:inference]
     # 7. Later, for inference: a plain model (no DDP, one process) loads the checkpoint.
@@ -188,11 +196,11 @@ def main() -> None:
                 f"{'equal' if same else 'DIFFER FROM'} the trained model's")
     # --8<-- [end:inference]
 
-    # 8. Summary (rank 0): the losses this run computed, and who wrote checkpoints.
+    # 8. Summary (rank 0): the losses this run computed and the RNG states it started them with.
     print0(f"summary: variant={args.variant} world_size={ctx.world_size} backend={ctx.backend} "
            f"launcher={ctx.launcher} start_epoch={start_epoch} epochs_done={start_epoch + len(losses)} "
            f"losses={','.join(f'{x:.6f}' for x in losses)} "
-           f"writes_per_rank={','.join(map(str, writes_per_rank))} rng_restored={rng_restored} "
+           f"rng_states={','.join(rng_states)} "
            f"plain_load={plain_load}")
 
     # 9. Release the DDP model, then leave the process group (chapter 01, step 6).

@@ -92,6 +92,7 @@ def main() -> None:
     # 4. Train. Count, at every step, how many gradient elements are exactly zero.
     epoch_losses, zero_elements, all_elements, skipped_steps = [], 0, 0, 0
     largest_logit_grad: list[float] = []
+    loss_grad: list[float] = []
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         loss_sum, samples_this_rank = torch.zeros((), device=ctx.device), 0
@@ -106,8 +107,10 @@ def main() -> None:
                 logits = model(inputs)
                 loss = loss_fn(logits, labels)
             # --8<-- [end:autocast]
-            if not largest_logit_grad:  # first step: what reaches the logits in backward?
+            if not largest_logit_grad:  # first step: what reaches the logits in backward,
                 logits.register_hook(lambda grad: largest_logit_grad.append(grad.abs().max().item()))
+                # and by what the loss was multiplied before backward (the gradient scale).
+                loss.register_hook(lambda grad: loss_grad.append(grad.item()))
             weighted_loss = loss * args.loss_weight
             if args.variant == "bad":
                 # --8<-- [start:bad_step]
@@ -140,7 +143,7 @@ def main() -> None:
     # --8<-- [start:summary]
     # 5. Report: the share of exactly-zero gradient elements over the run, and the loss.
     zero_share = 100 * zero_elements / all_elements
-    scale = f"{scaler.get_scale():g}" if scaler.is_enabled() and args.variant == "good" else "none"
+    scale = f"{loss_grad[0] / args.loss_weight:g}"  # what backward() saw: 1 = not scaled
     dtype_name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
     weight = next(model.parameters())
     print0(f"dtypes: parameters {dtype_name[weight.dtype]}, logits {dtype_name[logits.dtype]}, "

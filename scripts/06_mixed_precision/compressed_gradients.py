@@ -146,12 +146,18 @@ def main() -> None:
     # 6. Summary: bytes per step, and their ratio to the first hook's.
     params = results[0]["params"]
     print0(f"gradient elements: {params} ({4 * params} bytes in fp32, {2 * params} in fp16/bf16)")
-    pairs = " ".join(
-        f"{r['hook']}_bytes={r['bytes']:.0f} {r['hook']}_ratio={r['ratio']:.2f} "
-        f"{r['hook']}_wire_ratio={r['wire_ratio']} {r['hook']}_zero_grads={r['zero']:.1f}% "
-        f"{r['hook']}_loss={r['loss']:.4f}"
-        for r in results
-    )
+    # wire_per_byte: bytes written to the sockets per byte all-reduced (gloo's ring sends
+    # 2(N-1)/N); wire_ratio: written, against the first hook's run (so not for the first).
+    fields = []
+    for r in results:
+        name = r["hook"]
+        fields += [f"{name}_bytes={r['bytes']:.0f}", f"{name}_ratio={r['ratio']:.2f}"]
+        if r["wire"] is not None:
+            fields.append(f"{name}_wire_per_byte={r['wire'] / r['bytes']:.2f}")
+        if r is not results[0]:
+            fields.append(f"{name}_wire_ratio={r['wire_ratio']}")
+        fields += [f"{name}_zero_grads={r['zero']:.1f}%", f"{name}_loss={r['loss']:.4f}"]
+    pairs = " ".join(fields)
     print0(f"summary: world_size={ctx.world_size} backend={ctx.backend} launcher={ctx.launcher} "
            f"params={params} {pairs}")
     cleanup_distributed()

@@ -211,25 +211,28 @@ def main() -> None:
         print0(f"epoch {epoch}/{args.epochs}  steps per rank {commas(epoch_steps)}  "
                f"samples {samples_used}  loss {epoch_losses[-1]:.4f}")
 
-    # 6. Report: every rank's steps, the samples left out, and whether the replicas agree
-    #    (Join ends by copying the model of the last rank to finish to every other rank).
+    # 6. Report: every rank's steps, the samples left out, and whether the replicas agree.
+    #    Not under Join: it ends by copying the model of the last rank to finish to every
+    #    other rank, so the replicas agree after it whatever happened before.
     dropped = args.num_samples - samples_used
-    replicas = verify_replicas(model, group=train_group)
+    replicas = verify_replicas(model, group=train_group) if args.fix != "join" else None
+    identical = "unchecked" if replicas is None else "yes" if replicas.identical else "no"
     print0(f"steps per rank over {args.epochs} epochs: {commas(steps_per_rank)}; "
            f"samples dropped per epoch: {dropped} of {args.num_samples} "
            f"({100 * dropped / args.num_samples:.1f}%); replicas identical: "
-           f"{'yes' if replicas.identical else 'NO'}")
+           + ("not checked (Join copied the last rank's model to every rank)"
+              if replicas is None else "yes" if replicas.identical else "NO"))
     print0(f"summary: variant={args.variant} fix={args.fix} world_size={ctx.world_size} "
            f"backend={ctx.backend} launcher={ctx.launcher} outcome=completed "
            f"batches_per_rank={commas(batches_per_rank)} "
            f"steps_per_rank={commas(steps_per_rank)} "
            f"samples_dropped_per_epoch={dropped} first_loss={epoch_losses[0]:.4f} "
-           f"last_loss={epoch_losses[-1]:.4f} replicas_identical={'yes' if replicas.identical else 'no'}")
+           f"last_loss={epoch_losses[-1]:.4f} replicas_identical={identical}")
 
     # 7. Clean up: release the DDP model first (chapter 01, step 6), and the Join that holds it.
     del model, context
     cleanup_distributed()
-    if not replicas.identical:
+    if identical == "no":
         raise SystemExit(f"the replicas differ after training: {replicas}")
 
 
@@ -260,7 +263,7 @@ def explain_and_exit(ctx: DistributedContext, args, epoch: int, call: str, waite
     print0(f"summary: variant={args.variant} fix={args.fix} world_size={ctx.world_size} "
            f"backend={ctx.backend} launcher={ctx.launcher} outcome={outcome} "
            f"batches_per_rank={commas(batches_per_rank)} hung_epoch={epoch} "
-           f"hung_step={shortest + 1} waiting_ranks={commas(waiting)} waited={waited:.1f}s")
+           f"rank0_steps_done={steps} waited={waited:.1f}s")
     gloo_says = re.sub(r"^\[[^\]]*\]\s*", "", (str(error).strip().splitlines() or [""])[0])
     print(f"rank {ctx.rank}: {call} of epoch {epoch} failed after {waited:.1f} s, with "
           f"{steps} of its {batches_per_rank[ctx.rank]} batches done: {gloo_says}",
