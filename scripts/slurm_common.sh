@@ -33,6 +33,7 @@ setup_job slurm_common.sh
 
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}], tasks per node ${SLURM_TASKS_PER_NODE:-?}; master ${MASTER_ADDR}:${MASTER_PORT}"
 
+# --8<-- [start:launch_torchrun]
 # launch_torchrun SCRIPT [ARGS...]: srun starts one torchrun on each node (one task per
 # node), and the torchruns meet at the first node (c10d rendezvous) and start the ranks.
 launch_torchrun() {
@@ -42,7 +43,9 @@ launch_torchrun() {
     echo "+ ${cmd[*]}"
     "${cmd[@]}"
 }
+# --8<-- [end:launch_torchrun]
 
+# --8<-- [start:launch_srun]
 # launch_srun SCRIPT [ARGS...]: srun alone; each of the job's tasks is a rank, and
 # setup_distributed() reads SLURM_PROCID, SLURM_LOCALID and the step's task count.
 # --kill-on-bad-exit: a rank that fails ends the others now, not at their timeout.
@@ -51,3 +54,4 @@ launch_srun() {
     echo "+ ${cmd[*]}"
     "${cmd[@]}"
 }
+# --8<-- [end:launch_srun]

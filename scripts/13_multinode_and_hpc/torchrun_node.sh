@@ -63,8 +63,10 @@ fi
 nproc=$(processes_per_node)
 
 [[ $# -gt 0 ]] || set -- scripts/13_multinode_and_hpc/where_am_i.py
+# --8<-- [start:torchrun]
 cmd=(torchrun --nnodes="$nnodes" --nproc_per_node="$nproc" --rdzv-backend=c10d
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="${RDZV_ID:-${job_id:-ddp-by-hand}}")
+# --8<-- [end:torchrun]
 [[ -z "${LOCAL_ADDR:-}" ]] || cmd+=(--local-addr="$LOCAL_ADDR")
 # torchrun knows itself as the rendezvous host by its host name and that name's address only;
 # RDZV_HOST given as this node's address on another network (hsn0, ib0) must be declared, or
