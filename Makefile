@@ -21,7 +21,7 @@ test: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
-	$(BIN)/shellcheck -x scripts/*.sh scripts/*/*.sh .ci/run .ci/install-slurm
+	$(BIN)/shellcheck -x scripts/*.sh scripts/*/*.sh .ci/run .ci/install-slurm .ci/install-chromium
 
 docs: $(VENV)/.dev-installed
 	$(BIN)/mkdocs build --strict

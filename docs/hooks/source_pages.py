@@ -29,7 +29,8 @@ def sources() -> list[str]:
     """Every script and library file, relative to the repository root."""
     paths = [*REPO.glob("scripts/**/*"), *REPO.glob("utils/*")]
     return sorted(p.relative_to(REPO).as_posix() for p in paths
-                  if p.is_file() and p.suffix in LANGUAGES and "__pycache__" not in p.parts)
+                  if p.is_file() and p.suffix in LANGUAGES and p.name != "__init__.py"
+                  and "__pycache__" not in p.parts)
 
 
 def source_page(path: str) -> str:
@@ -40,21 +41,9 @@ def source_page(path: str) -> str:
             f"```{LANGUAGES[Path(path).suffix]}\n--8<-- \"{path}\"\n```\n")
 
 
-def folder_page(folder: str, names: list[str]) -> str:
-    """The page of one folder: its files, each linked to its page."""
-    items = "\n".join(f"- [`{name}`]({name}.md)" for name in names)
-    return f"---\nsearch:\n  exclude: true\n---\n\n# `{folder}/`\n\n{items}\n"
-
-
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    folders: dict[str, list[str]] = {}
     for path in sources():
         files.append(File.generated(config, f"{PREFIX}/{path}.md", content=source_page(path)))
-        folder, _, name = path.rpartition("/")
-        folders.setdefault(folder, []).append(name)
-    for folder, names in folders.items():
-        files.append(File.generated(config, f"{PREFIX}/{folder}/index.md",
-                                    content=folder_page(folder, names)))
     return files
 
 
@@ -63,7 +52,8 @@ CODE_SPAN = re.compile(r"`([\w./-]+)`")
 
 
 def link_scripts_line(markdown: str, page_dir: str) -> str:
-    """Link every file and the folder that a chapter's "Scripts in ..." paragraph names."""
+    """Link every file that a chapter's "Scripts in `scripts/NN_topic/`: ..." paragraph names
+    (bare names are in that folder; names with a slash are relative to the repository)."""
     known = set(sources())
 
     def linked(paragraph: re.Match[str]) -> str:
@@ -71,15 +61,11 @@ def link_scripts_line(markdown: str, page_dir: str) -> str:
 
         def link(span: re.Match[str]) -> str:
             name = span.group(1)
-            path = name.rstrip("/") if "/" in name else f"{folder}/{name}"
-            if name.endswith("/") and any(k.startswith(path + "/") for k in known):
-                target = f"{PREFIX}/{path}/index.md"
-            elif path in known:
-                target = f"{PREFIX}/{path}.md"
-            else:
+            path = name if "/" in name else f"{folder}/{name}"
+            if path not in known:  # the folder itself, or a name that is not a file
                 return span.group(0)
             up = "../" * (page_dir.count("/") + 1) if page_dir else ""
-            return f"[`{name}`]({up}{target})"
+            return f"[`{name}`]({up}{PREFIX}/{path}.md)"
 
         return CODE_SPAN.sub(link, paragraph.group(0))
 
