@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import File, Files, InclusionLevel
 from mkdocs.structure.pages import Page
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,7 +43,8 @@ def source_page(path: str) -> str:
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     for path in sources():
-        files.append(File.generated(config, f"{PREFIX}/{path}.md", content=source_page(path)))
+        files.append(File.generated(config, f"{PREFIX}/{path}.md", content=source_page(path),
+                                    inclusion=InclusionLevel.NOT_IN_NAV))  # reached by links
     return files
 
 
