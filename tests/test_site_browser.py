@@ -180,13 +180,13 @@ def visits(site: Path, server: Server, browser) -> dict[str, Visit]:
 
 def test_every_page_loads_everything_it_needs_from_the_site(visits, server):
     assert len(visits) > 15, sorted(visits)
-    assert not server.errors, f"local requests that failed: {server.errors}"
-    outside = {path: v.outside for path, v in visits.items() if v.outside}
-    assert not outside, f"pages that fetch from outside the site (offline they break): {outside}"
-    errors = {path: v.console_errors for path, v in visits.items() if v.console_errors}
-    assert not errors, f"console errors: {errors}"
-    images = {path: v.broken_images for path, v in visits.items() if v.broken_images}
-    assert not images, f"images that did not load: {images}"
+    problems = [f"local request failed: {error}" for error in server.errors]
+    for path, visit in visits.items():
+        problems += [f"{path or '/'}: loads from outside the site (offline it breaks): {url}"
+                     for url in visit.outside]
+        problems += [f"{path or '/'}: console error: {text}" for text in visit.console_errors]
+        problems += [f"{path or '/'}: image did not load: {src}" for src in visit.broken_images]
+    assert not problems, "\n".join(problems)
 
 
 def test_no_code_block_is_cut_off_at_1400_px(visits):
