@@ -219,10 +219,17 @@ def test_search_finds_a_chapter(site, server, browser):
     try:
         page = context.new_page()
         page.goto(server.url, wait_until="load")
-        page.locator("label.md-search__icon, .md-search__input").first.click()
-        page.locator("input.md-search__input").fill(word)
+        # The search worker loads the index first; a query typed before that finds nothing.
+        meta = page.locator(".md-search-result__meta")
+        page.wait_for_function("m => !/Initializing/.test(m.textContent)", arg=meta.element_handle(),
+                               timeout=WAIT_MS * 2)
+        page.locator("input.md-search__input").click()
+        page.keyboard.type(word)
         results = page.locator(".md-search-result__item a")
-        results.first.wait_for(state="attached")
+        try:
+            results.first.wait_for(state="attached")
+        except Exception as error:
+            raise AssertionError(f"searching {word!r} found nothing: {meta.text_content()!r}") from error
         hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
     finally:
         context.close()
