@@ -3,6 +3,9 @@
 #   make test         set up everything the tests need, then run the whole suite
 # make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl on all visible
 #                   GPUs; skipped, with the reason, without CUDA and 2 GPUs
+# make mpi: an MPI from PyPI in .venv (MPICH: its libmpi and mpiexec) for .venv's mpi4py, so that
+# the README's `mpiexec -n 4 python ...` runs after `source .venv/bin/activate`. On a cluster
+# use the site's MPI instead (docs/launchers.md).
 # Other targets: make docs (build the site into site/), make serve, make lint,
 # make outputs (re-capture docs/outputs/*.txt and docs/images/, the runs the chapters show), make clean.
 
@@ -13,10 +16,13 @@ BIN    := $(VENV)/bin
 # that launches it. They see the main venv's packages (torch, ...) through a .pth file.
 MPIS   := openmpi mpich
 
-.PHONY: quickstart test test-quick test-gpu lint docs serve outputs clean
+.PHONY: quickstart mpi test test-quick test-gpu lint docs serve outputs clean
 
 quickstart: $(VENV)/.installed
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
+
+mpi: $(VENV)/.mpi-installed
+	$(BIN)/mpiexec -n 2 $(BIN)/python scripts/01_data_parallel_ddp/multinode_ddp_basic.py
 
 test: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 	$(BIN)/python -m pytest
@@ -30,7 +36,7 @@ test-gpu: $(VENV)/.dev-installed
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
-	$(BIN)/shellcheck -x scripts/*.sh scripts/*/*.sh .ci/run .ci/install-slurm
+	$(BIN)/shellcheck -x scripts/*.sh scripts/*/*.sh .ci/run .ci/install-slurm .ci/install-chromium
 
 docs: $(VENV)/.dev-installed
 	$(BIN)/mkdocs build --strict
@@ -47,6 +53,10 @@ $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.mpi-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet mpich mpi4py
 	touch $@
 
 $(VENV)/.dev-installed: requirements-dev.txt $(VENV)/.installed

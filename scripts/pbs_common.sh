@@ -54,6 +54,7 @@ setup_job pbs_common.sh
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}] x ${NPROC_PER_NODE} process(es); master ${MASTER_ADDR}:${MASTER_PORT}"
 backend_note
 
+# --8<-- [start:launch_torchrun]
 # launch_torchrun SCRIPT [ARGS...]: one torchrun per node; each starts NPROC_PER_NODE ranks.
 launch_torchrun() {
     local -a cmd
@@ -79,7 +80,9 @@ launch_torchrun() {
     echo "+ ${cmd[*]}"
     "${cmd[@]}"
 }
+# --8<-- [end:launch_torchrun]
 
+# --8<-- [start:launch_mpiexec]
 # launch_mpiexec SCRIPT [ARGS...]: mpiexec alone starts every rank (one per GPU), no torchrun.
 launch_mpiexec() {
     local -a rank_launcher
@@ -88,3 +91,4 @@ launch_mpiexec() {
     echo "+ ${cmd[*]}"
     without_job_port "${cmd[@]}"  # setup_distributed() chooses a port per launch
 }
+# --8<-- [end:launch_mpiexec]

@@ -43,6 +43,7 @@ if [[ "${CPU_BIND:-auto}" == auto && -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
     export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
 fi
 
+# --8<-- [start:launch_torchrun]
 # launch_torchrun SCRIPT [ARGS...]: srun starts one torchrun on each node (one task per
 # node), and the torchruns meet at the first node (c10d rendezvous) and start the ranks.
 launch_torchrun() {
@@ -52,7 +53,9 @@ launch_torchrun() {
     echo "+ ${cmd[*]}"
     "${cmd[@]}"
 }
+# --8<-- [end:launch_torchrun]
 
+# --8<-- [start:launch_srun]
 # launch_srun SCRIPT [ARGS...]: srun alone; each of the job's tasks is a rank, and
 # setup_distributed() reads SLURM_PROCID, SLURM_LOCALID and the step's task count.
 # --kill-on-bad-exit: a rank that fails ends the others now, not at their timeout.
@@ -61,3 +64,4 @@ launch_srun() {
     echo "+ ${cmd[*]}"
     without_job_port "${cmd[@]}"  # setup_distributed() derives a port per step
 }
+# --8<-- [end:launch_srun]

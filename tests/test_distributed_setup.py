@@ -328,3 +328,49 @@ def test_a_wait_that_torch_does_not_bound_ends_at_the_timeout():
             f"rank(s) (gloo; the master at 127.0.0.1:{port} had answered). A rank is missing, or cannot "
             "reach the others on the interface it chose (set GLOO_SOCKET_IFNAME"), output
     assert time.monotonic() - started < 45
+# ---- mpi4py installed, but no MPI library behind it (a fresh `make quickstart` .venv)
+LIBMPI_ERROR = ("cannot load MPI library\n"
+                "/home/u/.venv/lib/libmpi.so.12: cannot open shared object file: No such file or directory\n"
+                "libmpi.so.12: cannot open shared object file: No such file or directory")
+
+
+@pytest.fixture
+def mpi4py_without_library(tmp_path, monkeypatch):
+    """An mpi4py that imports but whose MPI module cannot load libmpi, raising what mpi4py 4
+    raises then; first on sys.path (this process) and on PYTHONPATH (child processes)."""
+    package = tmp_path / "fake" / "mpi4py"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "4.1.2"\n')
+    (package / "MPI.py").write_text(f"raise RuntimeError({LIBMPI_ERROR!r})\n")
+    for name in ("mpi4py", "mpi4py.MPI"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(package.parent))
+    return package.parent
+
+
+def test_mpi4py_without_an_mpi_library_is_named_with_the_fix(mpi4py_without_library):
+    one_node = LaunchInfo("openmpi", 0, 2, 0, 2)
+    with pytest.raises(DistributedSetupError) as caught:
+        resolve_master(one_node, {})
+    message = str(caught.value)
+    assert "mpi4py 4.1.2 is installed but no MPI library loads" in message, message
+    assert "libmpi.so.12: cannot open shared object file" in message, message
+    assert "make mpi" in message and "install mpi4py" not in message.replace("rebuild mpi4py", ""), message
+    with pytest.raises(DistributedSetupError, match="is installed but no MPI library loads"):
+        detect_launcher({"PMIX_RANK": "0"})  # an MPI that only mpi4py can ask
+
+
+def test_mpi4py_missing_altogether_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # `import mpi4py` raises ImportError
+    with pytest.raises(DistributedSetupError, match="mpi4py is not installed: `make mpi`"):
+        resolve_master(LaunchInfo("mpich", 0, 2, 0, 2), {})
+
+
+def test_mpiexec_with_mpi4py_but_no_mpi_library_as_the_user_sees_it(mpi4py_without_library):
+    # Rank 0 of an Open MPI launch on one node, no MASTER_PORT and no job id: only mpi4py could
+    # agree on a port, and it cannot load libmpi.
+    result = run_with(PYTHONPATH=str(mpi4py_without_library), OMPI_COMM_WORLD_RANK="0",
+                      OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_RANK="0",
+                      OMPI_COMM_WORLD_LOCAL_SIZE="2")
+    assert_clear_error(result, "no port was agreed", "mpi4py 4.1.2 is installed but no MPI library loads",
+                       "(libmpi.so.12: cannot open shared object file)", "`make mpi`")

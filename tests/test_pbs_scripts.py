@@ -24,7 +24,7 @@ def script_id(path: Path) -> str:
 def test_shellcheck_every_shell_script():
     shellcheck = Path(sys.executable).parent / "shellcheck"
     files = [*REPO.glob("scripts/*.sh"), *REPO.glob("scripts/*/*.sh"), REPO / ".ci" / "run",
-             REPO / ".ci" / "install-slurm"]
+             REPO / ".ci" / "install-slurm", REPO / ".ci" / "install-chromium"]
     result = run([shellcheck, "-x", *files], timeout=60)
     assert result.returncode == 0, result.output
 

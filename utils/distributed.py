@@ -214,14 +214,35 @@ def _import_mpi():
     return MPI
 
 
+def _why_no_mpi() -> str:
+    """Why mpi4py cannot be used here, and how to get a working one (for error messages)."""
+    try:
+        import mpi4py
+    except ImportError:
+        return ("mpi4py is not installed: `make mpi` installs it and an MPI (MPICH) into .venv "
+                "from PyPI; on a cluster, pip install mpi4py against the site's MPI")
+    try:
+        from mpi4py import MPI  # noqa: F401
+    except (ImportError, RuntimeError) as error:
+        text = str(error)
+        missing = re.search(r"libmpi[\w.]*\.so\.\d+: cannot open shared object file", text) or re.search(
+            r"[^/\s]*libmpi[^:\s]*: cannot open shared object file", text)
+        detail = missing.group(0) if missing else (text.strip().splitlines() or [type(error).__name__])[0]
+        return (f"mpi4py {getattr(mpi4py, '__version__', '')} is installed but no MPI library loads "
+                f"({detail}). `make mpi` installs one into .venv from PyPI (MPICH: its libmpi and "
+                "mpiexec); on a cluster, load the site's MPI (module load ...) and rebuild mpi4py "
+                "against it: MPICC=mpicc pip install --force-reinstall --no-binary mpi4py mpi4py")
+    return "mpi4py loads an MPI library"
+
+
 def _detect_with_mpi4py() -> LaunchInfo:
     mpi = _import_mpi()
     if mpi is None:
         raise DistributedSetupError(
             "an MPI launcher started this process (PMIX_RANK or MV2_COMM_WORLD_RANK is set) "
-            "but it is not one setup_distributed() reads and mpi4py cannot be imported. "
-            "Install mpi4py for this MPI, or set RANK, WORLD_SIZE, LOCAL_RANK, "
-            "MASTER_ADDR and MASTER_PORT yourself."
+            "but it is not one setup_distributed() reads, and mpi4py cannot ask it: "
+            f"{_why_no_mpi()}. Or set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
+            "MASTER_PORT yourself."
         )
     world = mpi.COMM_WORLD
     node = world.Split_type(mpi.COMM_TYPE_SHARED)
@@ -342,17 +363,20 @@ def resolve_rendezvous(info: LaunchInfo, env: Mapping[str, str] | None = None) -
         port, port_from = job_port(job_id), f"{job_variable}={job_id}"
     if addr is None:
         addr = _node_list_head(env)
+    if addr is None or port is None:
+        # Under an MPI launcher mpi4py would have agreed on both (above): say why it could not.
+        no_mpi = f"; here it cannot: {_why_no_mpi()}" if info.launcher in MPI_LAUNCHERS else ""
     if addr is None:
         raise DistributedSetupError(
             f"{info.launcher} started {info.world_size} processes on more than one node but "
             "nothing says where rank 0 is: set MASTER_ADDR to rank 0's host (and MASTER_PORT), "
-            "or install mpi4py so rank 0 can broadcast it."
+            f"or let mpi4py broadcast it{no_mpi}."
         )
     if port is None:
         raise DistributedSetupError(
             f"{info.launcher} started {info.world_size} processes but no port was agreed: "
-            "set MASTER_PORT (any free port, the same on every rank), or install mpi4py "
-            "so rank 0 can pick one and broadcast it."
+            "set MASTER_PORT (any free port, the same on every rank), or let mpi4py have "
+            f"rank 0 pick one and broadcast it{no_mpi}."
         )
     return Rendezvous(addr, port, port_from, launch)
 

@@ -24,4 +24,5 @@ source "${REPO_DIR:-${PBS_O_WORKDIR:-$PWD}}/scripts/pbs_common.sh" \
 
 launch_torchrun scripts/10_communication_overlap/bucket_size.py --variant bad
 launch_torchrun scripts/10_communication_overlap/bucket_size.py --variant good
-launch_torchrun scripts/10_communication_overlap/bucket_sweep.py --plot "${PLOT:-$HOME/bucket_sweep_${JOB_ID}.png}"
+launch_torchrun scripts/10_communication_overlap/bucket_sweep.py \
+    --plot "${PLOT:-$HOME/bucket_sweep_${JOB_ID}.png}"

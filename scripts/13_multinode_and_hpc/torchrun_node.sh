@@ -8,7 +8,8 @@
 #
 # e.g. on node0 and on node1 (ssh, two terminals, or one task per node from mpiexec or srun):
 #     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0:29400
-#     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0:29400 scripts/13_multinode_and_hpc/fixed_port.py
+#     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0:29400 \
+#         scripts/13_multinode_and_hpc/fixed_port.py
 #
 # No node rank: c10d numbers the nodes itself (torchrun ignores --node_rank with c10d), in the
 # order of their host names (of LOCAL_ADDR where set): rank 0 is on the node that sorts
@@ -36,7 +37,10 @@ usage="usage: bash $0 NNODES RDZV_HOST[:PORT] [SCRIPT [ARGS...]]"
 nnodes=$1
 rdzv_host=$2
 shift 2
-[[ "$nnodes" =~ ^[1-9][0-9]*$ ]] || { echo "NNODES must be a positive number, not '$nnodes'. $usage" >&2; exit 2; }
+if [[ ! "$nnodes" =~ ^[1-9][0-9]*$ ]]; then
+    echo "NNODES must be a positive number, not '$nnodes'. $usage" >&2
+    exit 2
+fi
 
 # job_port (the port derived from a job id, as the job scripts derive it) and
 # processes_per_node: scripts/job_common.sh.
@@ -74,8 +78,10 @@ is_this_node() {
 nproc=$(processes_per_node)
 
 [[ $# -gt 0 ]] || set -- scripts/13_multinode_and_hpc/where_am_i.py
-cmd=(torchrun --nnodes="$nnodes" --nproc_per_node="$nproc"
-     --rdzv-backend=c10d --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="${RDZV_ID:-${job_id:-ddp-by-hand}}")
+# --8<-- [start:torchrun]
+cmd=(torchrun --nnodes="$nnodes" --nproc_per_node="$nproc" --rdzv-backend=c10d
+     --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="${RDZV_ID:-${job_id:-ddp-by-hand}}")
+# --8<-- [end:torchrun]
 [[ -z "${LOCAL_ADDR:-}" ]] || cmd+=(--local-addr="$LOCAL_ADDR")
 # torchrun knows itself as the rendezvous host only by its host name and that name's
 # addresses. RDZV_HOST given as another name of this node (PBS on HPE/Cray lists

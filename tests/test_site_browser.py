@@ -1,0 +1,282 @@
+"""The built site, read in a real browser: Chromium (Debian's package, .ci/install-chromium)
+driven by Playwright at 1400x900, with nothing reachable but the site itself.
+
+One visit of every page serves every assertion: no local request answered with an error, no
+console error, no request outside the site, every image drawn, every code block as wide as
+its column at most, every tab set opening on its first tab (Bad) and switching when clicked.
+Search is tried once. Without Chromium or Playwright the tests skip, and fail under CI.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html import unescape
+from pathlib import Path
+
+import pytest
+from conftest import REPO, clean_env, run
+
+CHROMIUM = Path("/usr/bin/chromium")
+VIEWPORT = {"width": 1400, "height": 900}
+WAIT_MS = 15_000  # the longest any single browser step may take
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as `make docs` builds it (no repository address: DDP_REPO_URL unset)."""
+    out = tmp_path_factory.mktemp("site") / "site"
+    env = clean_env(NO_MKDOCS_2_WARNING="1")
+    env.pop("DDP_REPO_URL", None)
+    result = run([Path(sys.executable).parent / "mkdocs", "build", "--strict", "-d", out],
+                 env=env, timeout=120)
+    assert result.returncode == 0, result.output
+    return out
+
+
+@dataclass
+class Server:
+    url: str
+    errors: list[str] = field(default_factory=list)  # "404 /path" for every failed request
+
+
+@pytest.fixture(scope="module")
+def server(site: Path) -> Iterator[Server]:
+    """The built site on 127.0.0.1, recording every request it answers with an error."""
+    record = Server(url="")
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        timeout = 10  # a stalled connection cannot hold a thread forever
+
+        def log_request(self, code="-", size="-") -> None:
+            if isinstance(code, int) and code >= 400:
+                record.errors.append(f"{int(code)} {self.path}")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                            functools.partial(Handler, directory=str(site)))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    record.url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    yield record
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed: `make test` installs requirements-dev.txt")
+    if not CHROMIUM.exists():
+        _missing(f"{CHROMIUM} is missing: .ci/install-chromium installs Debian's chromium")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), timeout=WAIT_MS * 2)
+        yield chromium
+        chromium.close()
+
+
+def pages_of(site: Path) -> list[str]:
+    """The pages to read, as paths below the site's root ('' for the home page): every page
+    but the source pages, and of those (one template, one page per file of scripts/ and
+    utils/, docs/hooks/source_pages.py) the widest Python file's and the widest shell file's:
+    the other fifty differ only in their text."""
+    pages = sorted("" if p.parent == site else f"{p.parent.relative_to(site).as_posix()}/"
+                   for p in site.rglob("index.html") if p.parent.name != "search")
+    widest = {}
+    for path in (p for p in pages if p.startswith("source/")):
+        suffix = Path(path.rstrip("/")).suffix
+        width = max(map(len, (REPO / path.removeprefix("source/").rstrip("/")).read_text().splitlines()))
+        widest[suffix] = max(widest.get(suffix, (0, "")), (width, path))
+    assert set(widest) == {".py", ".sh"}, f"no source pages in the site: {sorted(widest)}"
+    return [p for p in pages if not p.startswith("source/")] + [path for _, path in widest.values()]
+
+
+# Run in each page, in one round trip: its images; every tab set's state as loaded, then after
+# a click on its second tab; then, with every tab panel and collapsed block shown, every code
+# block wider than its column.
+INSPECT = """() => {
+    const tabSets = () => [...document.querySelectorAll('.tabbed-set')].map(set => ({
+        labels: [...set.querySelectorAll(':scope > .tabbed-labels > label')].map(l => l.innerText.trim()),
+        checked: [...set.querySelectorAll(':scope > input')].findIndex(i => i.checked),
+        visible: [...set.querySelectorAll(':scope > .tabbed-content > .tabbed-block')]
+            .map(b => b.offsetParent !== null),
+    }));
+    const brokenImages = [...document.images]
+        .filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src);
+    const tabsAsLoaded = tabSets();
+    document.querySelectorAll('.tabbed-set > .tabbed-labels > label:nth-child(2)').forEach(l => l.click());
+    const tabsAfterClick = tabSets();
+    document.querySelectorAll('details').forEach(d => d.open = true);
+    const style = document.createElement('style');
+    style.textContent = '.tabbed-set > .tabbed-content > .tabbed-block { display: block !important }';
+    document.head.append(style);
+    const wideCode = [...document.querySelectorAll('pre > code')]
+        .filter(c => c.scrollWidth > c.clientWidth)
+        .map(c => `${c.scrollWidth} px in a ${c.clientWidth} px column: `
+                  + c.innerText.split('\\n').reduce((a, l) => l.length > a.length ? l : a, ''));
+    return {brokenImages, tabsAsLoaded, tabsAfterClick, wideCode};
+}"""
+
+
+@dataclass
+class Visit:
+    """What one page showed."""
+
+    console_errors: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)  # requests to anywhere but the site
+    broken_images: list[str] = field(default_factory=list)
+    wide_code: list[str] = field(default_factory=list)
+    tab_sets: list[dict] = field(default_factory=list)  # as loaded
+    tabs_after_click: list[dict] = field(default_factory=list)  # second tab clicked
+
+
+@pytest.fixture(scope="module")
+def visits(site: Path, server: Server, browser) -> dict[str, Visit]:
+    """Every page, loaded once in one browser context (so state carried from page to page,
+    like a remembered tab, shows), with its tab sets clicked and its code blocks measured."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(WAIT_MS)
+    results: dict[str, Visit] = {}
+    current = Visit()
+
+    def request(request) -> None:  # offline, as on a cluster: nothing outside may be needed
+        if not request.url.startswith((server.url, "data:", "blob:")):
+            current.outside.append(request.url)
+
+    context.on("request", request)
+    page = context.new_page()
+    page.on("console", lambda m: m.type == "error" and current.console_errors.append(m.text))
+    page.on("pageerror", lambda e: current.console_errors.append(str(e)))
+    try:
+        for path in pages_of(site):
+            current = results[path] = Visit()
+            page.goto(server.url + path, wait_until="load")
+            seen = page.evaluate(INSPECT)
+            current.broken_images = seen["brokenImages"]
+            current.tab_sets, current.tabs_after_click = seen["tabsAsLoaded"], seen["tabsAfterClick"]
+            current.wide_code = seen["wideCode"]
+    finally:
+        context.close()
+    return results
+
+
+def test_every_page_loads_everything_it_needs_from_the_site(visits, server):
+    assert len(visits) > 15, sorted(visits)
+    problems = [f"local request failed: {error}" for error in server.errors]
+    for path, visit in visits.items():
+        problems += [f"{path or '/'}: loads from outside the site (offline it breaks): {url}"
+                     for url in visit.outside]
+        problems += [f"{path or '/'}: console error: {text}" for text in visit.console_errors]
+        problems += [f"{path or '/'}: image did not load: {src}" for src in visit.broken_images]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_code_block_is_cut_off_at_1400_px(visits):
+    wide = {path: v.wide_code for path, v in visits.items() if v.wide_code}
+    assert not wide, "code blocks wider than their column:\n" + "\n".join(
+        f"{path}: {block}" for path, blocks in wide.items() for block in blocks)
+
+
+def test_tabs_open_on_bad_and_switch_when_clicked(visits):
+    sets = [(path, before, after) for path, v in visits.items()
+            for before, after in zip(v.tab_sets, v.tabs_after_click, strict=True)]
+    assert len(sets) > 20, "the chapters' Bad/Good tab sets are missing"
+    for path, before, after in sets:
+        where = f"{path}: tabs {before['labels']}"
+        assert before["checked"] == 0 and before["visible"][0], f"{where} open on tab {before['checked']}"
+        assert not any(before["visible"][1:]), f"{where}: more than one panel shown"
+        assert after["checked"] == 1 and after["visible"][1] and not after["visible"][0], (
+            f"{where}: clicking the second tab did not show its panel")
+        names = [re.match(r"(\w+)", label).group(1) for label in before["labels"]]
+        if {"Bad", "Good"} & {n.capitalize() for n in names}:
+            assert all(n not in ("bad", "good") for n in names), f"{where}: labels are 'Bad'/'Good'"
+            assert names[0] == "Bad" or "Bad" not in names, f"{where}: Bad is not the first tab"
+
+
+def test_search_finds_a_chapter(site, server, browser):
+    word = "SyncBatchNorm"
+    assert word in (site / "chapters/07_batchnorm_and_buffers/index.html").read_text()
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(WAIT_MS)
+    try:
+        page = context.new_page()
+        page.goto(server.url, wait_until="load")
+        # The search worker loads the index first; a query typed before that finds nothing.
+        meta = page.locator(".md-search-result__meta")
+        page.wait_for_function("m => !/Initializing/.test(m.textContent)", arg=meta.element_handle(),
+                               timeout=WAIT_MS * 2)
+        page.locator("input.md-search__input").click()
+        page.keyboard.type(word)
+        results = page.locator(".md-search-result__item a")
+        try:
+            results.first.wait_for(state="attached")
+        except Exception as error:
+            raise AssertionError(f"searching {word!r} found nothing: {meta.text_content()!r}") from error
+        hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
+    finally:
+        context.close()
+    assert any("chapters/07_batchnorm_and_buffers" in href for href in hrefs), hrefs
+
+
+def test_each_chapter_links_its_scripts_to_their_source_pages(site):
+    """The "Scripts in `scripts/NN_topic/`" line links every file of the folder to a page of
+    the site that shows that file (docs/hooks/source_pages.py)."""
+    for chapter in sorted((REPO / "chapters").glob("*.md")):
+        html = (site / "chapters" / chapter.stem / "index.html").read_text()
+        line = re.search(r"<p>Scripts in (.*?)</p>", html, re.S)
+        assert line, f"{chapter.name} has no 'Scripts in `scripts/{chapter.stem}/`' line"
+        linked = set(re.findall(r'href="\.\./\.\./source/([^"]+)/"', line.group(1)))
+        folder = REPO / "scripts" / chapter.stem
+        for script in sorted(folder.glob("*.py")) + sorted(folder.glob("*.sh")):
+            path = script.relative_to(REPO).as_posix()
+            assert path in linked, f"{chapter.name}: {script.name} is not linked from its Scripts line"
+            shown = (site / "source" / path / "index.html").read_text()
+            first = next(line for line in script.read_text().splitlines() if line.strip())
+            assert first in html_text(shown), f"{path}: its page does not show the file"
+
+
+def test_home_page_shows_no_placeholder(site):
+    text = html_text((site / "index.html").read_text())
+    assert "<repository>" not in text and "cd ddp-tutorial" in text, "the clone line of docs/index.md"
+
+
+def html_text(html: str) -> str:
+    """What a reader sees of a page's HTML, without the markup."""
+    return unescape(re.sub(r"<[^>]+>", "", html))
+
+
+def test_a_clicked_tab_stays_on_its_page(server, browser):
+    """A reader who clicks Good (a real click) still finds the next chapter open on Bad."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(WAIT_MS)
+    try:
+        page = context.new_page()
+        page.goto(server.url + "chapters/01_data_parallel_ddp/", wait_until="load")
+        outputs = page.locator(".tabbed-set").filter(has=page.get_by_text("Good", exact=True)).first
+        outputs.locator(".tabbed-labels > label").get_by_text("Good", exact=True).click()
+        assert outputs.locator(".tabbed-content > .tabbed-block").nth(1).is_visible()
+        page.goto(server.url + "chapters/02_collectives/", wait_until="load")
+        outputs = page.locator(".tabbed-set").filter(has=page.get_by_text("Good", exact=True)).first
+        assert outputs.locator(".tabbed-labels > label").first.inner_text() == "Bad"
+        assert outputs.locator(".tabbed-content > .tabbed-block").first.is_visible(), (
+            "chapter 02 opened on the tab clicked in chapter 01 (content.tabs.link?)")
+    finally:
+        context.close()
