@@ -115,9 +115,9 @@ def main() -> None:
     fsdp_memory = memory_row(model, optimizer)
 
     # 4. The losses side by side.
-    diffs = [abs(a - b) for a, b in zip(ddp_losses, fsdp_losses)]
+    diffs = [abs(a - b) for a, b in zip(ddp_losses, fsdp_losses, strict=True)]
     print0("step  ddp_loss   fsdp2_loss  |difference|")
-    for step, (a, b, d) in enumerate(zip(ddp_losses, fsdp_losses, diffs), start=1):
+    for step, (a, b, d) in enumerate(zip(ddp_losses, fsdp_losses, diffs, strict=True), start=1):
         print0(f"{step:>4}  {a:.6f}   {b:.6f}    {d:.1e}")
     tolerance = TOLERANCE[args.precision]
     match = max(diffs) <= tolerance
@@ -129,7 +129,7 @@ def main() -> None:
     expected = {"ddp": BYTES_PER_PARAM * num_params,
                 "fsdp2": BYTES_PER_PARAM * num_params // ctx.world_size}
     print0(f"memory per rank, bytes ({num_params} parameters, world size {ctx.world_size}):")
-    print0(f"{'':<6}{'params':>10}{'grads':>10}{'adam':>10}{'total':>10}{'16*P/N':>10}")
+    print0(f"{'':<6}{'params':>10}{'grads':>10}{'adam':>10}{'total':>10}{'expected':>10}")
     for name, row in (("ddp", ddp_memory), ("fsdp2", fsdp_memory)):
         print0(f"{name:<6}" + "".join(f"{row[k]:>10}" for k in ("params", "grads", "adam", "total"))
                + f"{expected[name]:>10}")
