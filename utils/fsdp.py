@@ -6,12 +6,14 @@
 - ``shard_model()``: ``fully_shard`` on each block, then on the root (FSDP2).
 - ``local_bytes()``: the bytes a rank holds for a set of tensors (a DTensor counts its
   local shard only), the measurement behind the chapter's memory table.
+- ``add_fsdp_args()``: the scripts' flags.
 - ``global_batch_slice()``: this rank's share of a global batch, so that a run gives the
   same updates (up to rounding) at any world size.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable
 
 import torch
@@ -109,6 +111,19 @@ def unsharded_bytes(model: nn.Module) -> int:
     """Bytes of the parameters that are whole (not DTensor shards) right now: between
     forward and backward, what FSDP2 kept gathered."""
     return sum(p.numel() * p.element_size() for p in model.parameters() if not isinstance(p, DTensor))
+
+
+def add_fsdp_args(parser: argparse.ArgumentParser, *, epochs: int) -> argparse.ArgumentParser:
+    """--epochs, --global-batch-size (instead of the per-rank --batch-size of the other
+    chapters: a step's samples over all ranks, split equally, so that every world size trains
+    on the same batches), --lr, --num-samples."""
+    parser.add_argument("--epochs", type=int, default=epochs, help="epochs (default: %(default)s)")
+    parser.add_argument("--global-batch-size", type=int, default=64,
+                        help="samples per step over all ranks, split equally (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate (default: %(default)s)")
+    parser.add_argument("--num-samples", type=int, default=256,
+                        help="size of the synthetic data set (default: %(default)s)")
+    return parser
 
 
 def global_batch_slice(step: int, global_batch: int, num_samples: int, rank: int,

@@ -30,26 +30,21 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from utils.cli import make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
-from utils.fsdp import build_model, global_batch_slice, memory_row, shard_model, unsharded_bytes
+from utils.fsdp import (
+    add_fsdp_args,
+    build_model,
+    global_batch_slice,
+    memory_row,
+    shard_model,
+    unsharded_bytes,
+)
 
 BYTES_PER_PARAM = 16  # fp32 Adam: 4 parameter + 4 gradient + 4 exp_avg + 4 exp_avg_sq
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}  # largest |FSDP2 loss - DDP loss| accepted
 
 
-def add_fsdp_training_args(parser):
-    """--epochs, --lr, and --global-batch-size: the samples of one step over all ranks, split
-    equally, so that every world size trains on the same batches."""
-    parser.add_argument("--epochs", type=int, default=2, help="epochs (default: %(default)s)")
-    parser.add_argument("--global-batch-size", type=int, default=64,
-                        help="samples per step over all ranks, split equally (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate (default: %(default)s)")
-    return parser
-
-
 def parse_args():
-    parser = add_fsdp_training_args(make_parser(__doc__))
-    parser.add_argument("--num-samples", type=int, default=256,
-                        help="size of the synthetic data set (default: %(default)s)")
+    parser = add_fsdp_args(make_parser(__doc__), epochs=2)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="FSDP2's MixedPrecisionPolicy: fp32, or bf16 parameters and compute "
                         "with fp32 gradient reduction (default: %(default)s)")

@@ -41,17 +41,11 @@ from utils.checkpoint import atomic_torch_save
 from utils.cli import add_variant_arg, make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
-from utils.fsdp import BlockModel, build_model, global_batch_slice, local_bytes, shard_model
+from utils.fsdp import BlockModel, add_fsdp_args, build_model, global_batch_slice, local_bytes, shard_model
 
 
 def parse_args():
-    parser = make_parser(__doc__)
-    parser.add_argument("--epochs", type=int, default=3, help="epochs (default: %(default)s)")
-    parser.add_argument("--global-batch-size", type=int, default=64,
-                        help="samples per step over all ranks, split equally (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate (default: %(default)s)")
-    parser.add_argument("--num-samples", type=int, default=256,
-                        help="size of the synthetic data set (default: %(default)s)")
+    parser = add_fsdp_args(make_parser(__doc__), epochs=3)
     parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints/ch16"),
                         help="where checkpoints go; on a cluster, a file system every node "
                         "sees (default: %(default)s)")
