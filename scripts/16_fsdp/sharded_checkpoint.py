@@ -190,8 +190,9 @@ def main() -> None:
             # --8<-- [end:bad_inference]
         # The exported file, in both variants: a plain state_dict, clean keys, whole tensors.
         plain.load_state_dict(torch.load(args.checkpoint_dir / "model.pt", weights_only=True))
-        with torch.no_grad():
-            same = torch.equal(plain(inputs), reference)
+        with torch.no_grad():  # on the same device (a GPU's kernels round unlike a CPU's)
+            outputs = plain.to(ctx.device)(inputs.to(ctx.device)).cpu()
+        same = torch.allclose(outputs, reference, rtol=1e-5, atol=1e-6)
         plain_load = "ok" if same else "mismatch"
         print0(f"inference from model.pt: a plain model loaded it; its outputs "
                f"{'equal' if same else 'DIFFER FROM'} the FSDP2 model's")
