@@ -87,6 +87,11 @@ EXPECTED_IN_JOB_OUTPUT = {
                                "same_seed_distinct_masks=32/64", "per_rank_distinct_masks=64/64"],
     "13_multinode_and_hpc": ["world_size=2 nodes=1 ranks_per_node=2", "variant=good world_size=2",
                              "work=1.00x"],
+    "16_fsdp": ["precision=fp32 params=135236 ddp_bytes=2163776 fsdp2_bytes=1081888", "losses_match=yes",
+                "variant=bad launcher=torchrun world_size=2", "rank_file_load=failed",
+                "export_bytes_per_rank=540944,540944", "variant=good launcher=torchrun world_size=2",
+                "export_bytes_per_rank=540944,0 ", "saved by 2 ranks, loaded by 1",
+                "variant=good launcher=torchrun world_size=1 start_epoch=1"],
     # (one folder, two launchers: per-script entries add to the folder's)
     "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],
     "13_multinode_and_hpc/pbs_mpiexec.sh": ["summary: launcher=mpich world_size=2 nodes=1"],

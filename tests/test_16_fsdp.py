@@ -1,0 +1,195 @@
+"""Chapter 16: FSDP2 against DDP (losses, memory per rank) and its checkpoints, bad versus good."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+import torch
+from conftest import captured_run, mpiexec, parse_summary, python
+
+from utils.fsdp import BlockModel
+
+COMPARE = "16_fsdp/fsdp_vs_ddp.py"
+CHECKPOINT = "16_fsdp/sharded_checkpoint.py"
+PARAMS = sum(p.numel() for p in BlockModel().parameters())  # 135236
+LOSS_TOLERANCE = 1e-5  # fp32: FSDP2's loss against DDP's, and a resume at another world size
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+# One launch, many checks: the captured runs (the page shows them; test_site compares them).
+@pytest.fixture(scope="module")
+def compare_2():
+    result = captured_run("16_compare.txt")
+    return result, result.clean_summary()
+
+
+@pytest.fixture(scope="module")
+def bf16_2():
+    result = captured_run("16_bf16_keep_gathered.txt")
+    return result, result.clean_summary()
+
+
+@pytest.fixture(scope="module")
+def checkpoint_bad():
+    result = captured_run("16_checkpoint_bad.txt")
+    return result, result.clean_summary()
+
+
+@pytest.fixture(scope="module")
+def checkpoint_good():
+    """Saved by 4 ranks, then resumed from its epoch 1 by 2 ranks (two summaries)."""
+    result = captured_run("16_checkpoint_good.txt")
+    assert result.returncode == 0, result.output
+    runs = re.split(r"^(?=launcher=)", result.output, flags=re.M)[1:]  # each run's first line
+    assert len(runs) == 2, result.output
+    return result, parse_summary(runs[0]), parse_summary(runs[1])
+
+
+# --------------------------------------------------------------------------- FSDP2 vs DDP
+def test_fsdp2_trains_and_its_loss_matches_ddps(compare_2):
+    result, summary = compare_2
+    assert summary["world_size"] == "2" and summary["launcher"] == "torchrun"
+    rows = re.findall(r"^\s+\d+\s+(\S+)\s+(\S+)\s+\S+$", result.output, flags=re.M)
+    ddp, fsdp = ([float(r[i]) for r in rows] for i in (0, 1))
+    assert len(ddp) == 8 and fsdp[-1] < fsdp[0] - 0.5  # it trains
+    assert max(abs(a - b) for a, b in zip(ddp, fsdp, strict=True)) <= LOSS_TOLERANCE
+    assert summary["losses_match"] == "yes" and float(summary["tolerance"]) == LOSS_TOLERANCE
+
+
+def test_memory_per_rank_equals_the_arithmetic(compare_2):
+    """2 ranks: DDP holds 16 bytes per parameter on every rank, FSDP2 16/2, on each rank."""
+    _, summary = compare_2
+    assert int(summary["params"]) == PARAMS
+    assert int(summary["ddp_bytes"]) == 16 * PARAMS
+    assert summary["fsdp2_bytes_per_rank"] == f"{8 * PARAMS},{8 * PARAMS}"
+    # Between forward and backward only the root's own parameters (embed, head) stay whole.
+    model = BlockModel()
+    root = sum(p.numel() for m in (model.embed, model.head) for p in m.parameters())
+    assert int(summary["between_fwd_bwd"]) == 4 * root
+
+
+def test_memory_table_at_1_2_4_ranks():
+    result = captured_run("16_memory.txt")
+    assert result.returncode == 0, result.output
+    tables = re.findall(r"world size (\d+)\):\n.*\nddp\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\n"
+                        r"fsdp2\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", result.output)
+    assert [int(t[0]) for t in tables] == [1, 2, 4], result.output
+    for n, *cells in tables:
+        n, cells = int(n), [int(c) for c in cells]
+        ddp, fsdp = cells[:5], cells[5:]
+        assert ddp == [4 * PARAMS, 4 * PARAMS, 8 * PARAMS, 16 * PARAMS, 16 * PARAMS]
+        assert fsdp == [4 * PARAMS // n, 4 * PARAMS // n, 8 * PARAMS // n, 16 * PARAMS // n,
+                        16 * PARAMS // n]
+
+
+def test_bf16_policy_and_parameters_kept_gathered(bf16_2):
+    _, summary = bf16_2
+    assert summary["precision"] == "bf16"
+    # every block kept whole until backward, in bf16: 2 bytes per parameter
+    assert int(summary["between_fwd_bwd"]) == 2 * PARAMS
+    # the optimizer's sharded parameters stay fp32: the memory table does not change
+    assert summary["fsdp2_bytes_per_rank"] == f"{8 * PARAMS},{8 * PARAMS}"
+    assert 0 < float(summary["max_loss_diff"]) <= float(summary["tolerance"])
+    assert summary["losses_match"] == "yes"
+
+
+def test_fsdp2_matches_ddp_under_open_mpi(compare_2):
+    result = mpiexec("openmpi", 2, COMPARE)
+    summary = result.clean_summary()
+    assert summary["launcher"] == "openmpi" and summary["losses_match"] == "yes"
+    assert summary["fsdp2_bytes_per_rank"] == compare_2[1]["fsdp2_bytes_per_rank"]
+    assert summary["max_loss_diff"] == compare_2[1]["max_loss_diff"]
+
+
+# --------------------------------------------------------------------------- checkpoints
+def test_bad_every_rank_saves_shards_not_a_model(checkpoint_bad):
+    result, summary = checkpoint_bad
+    assert summary["rank_file_load"] == "failed"
+    assert (f"rank0.pt: blocks.0.up.weight is a DTensor, local shard [128, 64] of [256, 64]; "
+            f"the file holds {2 * PARAMS} of {4 * PARAMS} parameter bytes") in result.output
+    # PyTorch's own words, as the script printed them
+    assert "Error(s) in loading state_dict for BlockModel:" in result.output
+    assert "size mismatch for embed.weight: copying a param with shape torch.Size([32, 32])" in result.output
+    # The gather on every rank: each rank held the whole model at once.
+    assert summary["export_bytes_per_rank"] == f"{4 * PARAMS},{4 * PARAMS}"
+    assert summary["plain_load"] == "ok"
+
+
+def test_good_dcp_save_at_4_resumes_at_2_and_exports_from_rank_0(checkpoint_good):
+    result, at4, at2 = checkpoint_good
+    assert at4["world_size"] == "4" and at2["world_size"] == "2" and at2["start_epoch"] == "1"
+    assert "epoch_3 holds: .metadata __0_0.distcp __1_0.distcp __2_0.distcp __3_0.distcp" in result.output
+    assert "resumed from epoch_1: 1 epoch(s) done, saved by 4 ranks, loaded by 2" in result.output
+    # every value restored: the checksum after the load is the one printed after the save
+    loaded = float(re.search(r"loaded by 2; checksum (\S+)", result.output)[1])
+    assert loaded == pytest.approx(floats(at4["checksums"])[0], rel=1e-12)
+    # the resumed run continues the 4-rank run (other world size: rounding only)
+    assert floats(at2["losses"]) == pytest.approx(floats(at4["losses"])[1:], abs=LOSS_TOLERANCE)
+    # the export: rank 0 alone held the whole model; a plain model loads it
+    assert at4["export_bytes_per_rank"] == f"{4 * PARAMS},0,0,0"
+    assert at2["export_bytes_per_rank"] == f"{4 * PARAMS},0"
+    assert at4["plain_load"] == at2["plain_load"] == "ok" and at4["rank_file_load"] == "n/a"
+
+
+@pytest.fixture(scope="module")
+def saved_at_1(tmp_path_factory):
+    path = tmp_path_factory.mktemp("at1")
+    result = python(CHECKPOINT, "--checkpoint-dir", str(path))
+    return path, result.clean_summary()
+
+
+def test_resume_at_the_same_world_size_is_exact(saved_at_1, tmp_path):
+    path, straight = saved_at_1
+    resumed = python(CHECKPOINT, "--checkpoint-dir", str(tmp_path), "--resume-from",
+                     str(path / "epoch_1")).clean_summary()
+    assert resumed["losses"].split(",") == straight["losses"].split(",")[1:]  # every digit
+    assert resumed["checksums"].split(",") == straight["checksums"].split(",")[1:]
+
+
+def test_dcp_checkpoint_of_1_rank_resumes_under_mpich_at_2(saved_at_1, tmp_path):
+    path, straight = saved_at_1
+    copy = tmp_path / "epoch_1"
+    shutil.copytree(path / "epoch_1", copy)
+    result = mpiexec("mpich", 2, CHECKPOINT, "--checkpoint-dir", str(tmp_path / "run"),
+                     "--resume-from", str(copy))
+    summary = result.clean_summary()
+    assert summary["launcher"] == "mpich"
+    assert "saved by 1 ranks, loaded by 2" in result.output
+    assert floats(summary["losses"]) == pytest.approx(floats(straight["losses"])[1:], abs=LOSS_TOLERANCE)
+    assert sorted(p.name for p in (tmp_path / "run" / "epoch_3").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp"]
+
+
+def test_dcp_checkpoint_loads_offline_into_a_plain_model(saved_at_1, tmp_path):
+    """No process group: DCP's format_utils turns the sharded checkpoint into one torch.save
+    file, and its 'model' entry is a complete plain state_dict."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    path, _ = saved_at_1
+    dcp_to_torch_save(path / "epoch_3", tmp_path / "full.pt")
+    state = torch.load(tmp_path / "full.pt", weights_only=False)
+    assert state["epoch"] == 3
+    model = BlockModel()
+    model.load_state_dict(state["model"])  # strict: every key, every shape
+    exported = torch.load(path / "model.pt", weights_only=True)
+    assert all(torch.equal(exported[k], v) for k, v in state["model"].items())
+
+
+def test_bad_input_gets_a_clear_message(tmp_path):
+    result = python(CHECKPOINT, "--checkpoint-dir", str(tmp_path), "--resume-from", str(tmp_path))
+    assert result.returncode == 1
+    assert f"--resume-from {tmp_path}: not a DCP checkpoint (no .metadata file in it)" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_help_shows_the_launch_commands():
+    result = python(CHECKPOINT, "--help")  # (fsdp_vs_ddp.py shares the flags: utils.fsdp.add_fsdp_args)
+    assert result.returncode == 0 and "torchrun --standalone --nproc_per_node=4" in result.output
+    for flag in ("--epochs", "--global-batch-size", "--lr", "--seed", "--backend", "--timeout",
+                 "--variant", "--checkpoint-dir", "--resume-from"):
+        assert flag in result.output
