@@ -84,6 +84,10 @@ EXPECTED_IN_JOB_OUTPUT = {
                                "same_seed_distinct_masks=32/64", "per_rank_distinct_masks=64/64"],
     "13_multinode_and_hpc": ["world_size=2 nodes=1 ranks_per_node=2", "variant=good world_size=2",
                              "work=1.00x"],
+    "17_zero_and_beyond": ["identical=yes", "variant=bad world_size=2", "saved_states=2/8",
+                           "resume_equal=no", "variant=good world_size=2",
+                           "saved_states=8/8 restored_states=8/8", "resume_equal=yes",
+                           "mesh=1x2", "dp_grads_ok=yes"],
     # (one folder, two launchers: per-script entries add to the folder's)
     "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],
     "13_multinode_and_hpc/pbs_mpiexec.sh": ["summary: launcher=mpich world_size=2 nodes=1"],
