@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import captured_run, mpiexec, torchrun
+from conftest import captured_run, mpiexec, python, torchrun
 
 ZERO = "17_zero_and_beyond/zero_optimizer.py"
 CHECKPOINT = "17_zero_and_beyond/zero_checkpoint.py"
@@ -127,16 +127,26 @@ def test_bad_resume_fails_with_pytorchs_errors_and_does_not_continue_the_run(bad
     summary = result.clean_summary()
     assert ("optimizer.load_state_dict() failed on rank 0: ValueError: loaded state dict contains "
             "a parameter group that doesn't match the size of optimizer's group") in result.output
-    assert summary["restored_states"] == "0/8" and int(summary["wrong_shape_states"]) > 0
+    assert summary["right_shape_states"] == "0/8" and int(summary["wrong_shape_states"]) > 0
     assert "resume: step 5 failed on rank 0: RuntimeError: The size of tensor a" in result.output
     assert summary["resumed_steps"] == "0/4" and summary["resume_equal"] == "no"
+
+
+def test_bad_in_one_process_saves_everything_and_still_loads_it_onto_the_wrong_parameters(tmp_path):
+    """One rank's "shard" is the whole state, numbered in the partition's order (largest
+    first), not the model's: the load passes PyTorch's check and the first step fails."""
+    result = python(CHECKPOINT, "--variant", "bad", "--checkpoint-dir", str(tmp_path))
+    summary = result.clean_summary()
+    assert summary["saved_states"] == "8/8" and "load_state_dict() failed" not in result.output
+    assert int(summary["wrong_shape_states"]) > 0 and summary["resumed_steps"] == "0/4"
+    assert "resume: step 5 failed on rank 0: RuntimeError: The size of tensor a" in result.output
 
 
 def test_good_consolidated_save_resumes_exactly(good):
     result, path = good
     summary = result.clean_summary()
     assert summary["variant"] == "good" and summary["launcher"] == "openmpi"
-    assert summary["saved_states"] == "8/8" and summary["restored_states"] == "8/8"
+    assert summary["saved_states"] == "8/8" and summary["right_shape_states"] == "8/8"
     assert summary["wrong_shape_states"] == "0" and summary["resumed_steps"] == "4/4"
     assert summary["resume_equal"] == "yes"
     assert "failed" not in result.output
@@ -147,7 +157,8 @@ def test_good_consolidated_save_resumes_exactly(good):
         assert tuple(saved["state"][index]["exp_avg"].shape) == shape
         assert saved["state"][index]["step"].item() == 4.0  # saved after step 4
     # The loss table: the resumed column equals the uninterrupted one, digit for digit.
-    rows = [line.split() for line in result.output.splitlines() if line.split()[:1] in (["5"], ["6"], ["7"], ["8"])]
+    rows = [line.split() for line in result.output.splitlines()
+            if line.split()[:1] in (["5"], ["6"], ["7"], ["8"])]
     assert len(rows) == 4 and all(row[1] == row[2] for row in rows)
 
 

@@ -86,7 +86,7 @@ EXPECTED_IN_JOB_OUTPUT = {
                              "work=1.00x"],
     "17_zero_and_beyond": ["identical=yes", "variant=bad world_size=2", "saved_states=2/8",
                            "resume_equal=no", "variant=good world_size=2",
-                           "saved_states=8/8 restored_states=8/8", "resume_equal=yes",
+                           "saved_states=8/8 right_shape_states=8/8", "resume_equal=yes",
                            "mesh=1x2", "dp_grads_ok=yes"],
     # (one folder, two launchers: per-script entries add to the folder's)
     "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],

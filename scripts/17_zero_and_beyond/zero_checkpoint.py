@@ -153,14 +153,15 @@ def main() -> None:
         optimizer.load_state_dict(checkpoint["optimizer"])
         # --8<-- [end:good_resume]
     # --8<-- [start:check]
-    # What each rank's Adam now holds: state of its parameters' shape, or of another's.
+    # What each rank's Adam now holds: state of its parameter's shape (the right state, or
+    # another parameter's of the same shape), or state of another shape.
     mine = [sum(1 for p, st in optimizer.optim.state.items() if st["exp_avg"].shape == p.shape),
             sum(1 for p, st in optimizer.optim.state.items() if st["exp_avg"].shape != p.shape)]
     restored: list = [None] * ctx.world_size
     dist.all_gather_object(restored, mine)
-    print0(f"resume: Adam state restored per rank (parameters of {n_params}): "
+    print0(f"resume: Adam state per rank, of its parameter's shape: "
            f"{','.join(str(r[0]) for r in restored)} (held before: {','.join(map(str, held))}); "
-           f"of the wrong shape: {','.join(str(r[1]) for r in restored)}")
+           f"of another shape: {','.join(str(r[1]) for r in restored)}")
     # --8<-- [end:check]
     try:
         resumed = train(ctx, ddp, optimizer, itertools.islice(loader, checkpoint["step"], None))
@@ -177,7 +178,7 @@ def main() -> None:
     print0(f"summary: variant={args.variant} world_size={ctx.world_size} launcher={ctx.launcher} "
            f"params={n_params} held={','.join(map(str, held))} "
            f"saved_states={count_states(saved['state'])}/{n_params} "
-           f"restored_states={sum(r[0] for r in restored)}/{n_params} "
+           f"right_shape_states={sum(r[0] for r in restored)}/{n_params} "
            f"wrong_shape_states={sum(r[1] for r in restored)} "
            f"resumed_steps={len(resumed)}/{args.steps - checkpoint['step']} "
            f"resume_equal={'yes' if equal else 'no'}")
