@@ -210,6 +210,7 @@ QUICK_TESTS = {
     "test_11_replica_consistency.py::test_pitfall_model_module_lets_the_replicas_drift_apart",
     "test_13_debugging.py::test_hang_timeout_ends_it_and_detail_names_the_rank_that_did_not_arrive",
     "test_16_fsdp.py::test_bad_every_rank_saves_shards_not_a_model",
+    "test_17_zero_and_beyond.py::test_bad_save_from_rank_0_alone_loses_the_other_shards",
     "test_site.py::test_mkdocs_build_strict",
     "test_site.py::test_every_script_folder_has_its_chapter_in_the_nav",
     "test_site.py::test_numbers_on_a_page_come_from_its_captured_outputs",

@@ -92,6 +92,10 @@ EXPECTED_IN_JOB_OUTPUT = {
                 "export_bytes_per_rank=540944,540944", "variant=good launcher=torchrun world_size=2",
                 "export_bytes_per_rank=540944,0 ", "saved by 2 ranks, loaded by 1",
                 "variant=good launcher=torchrun world_size=1 start_epoch=1"],
+    "17_zero_and_beyond": ["identical=yes", "variant=bad world_size=2", "saved_states=2/8",
+                           "resume_equal=no", "variant=good world_size=2",
+                           "saved_states=8/8 right_shape_states=8/8", "resume_equal=yes",
+                           "mesh=1x2", "dp_grads_ok=yes"],
     # (one folder, two launchers: per-script entries add to the folder's)
     "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],
     "13_multinode_and_hpc/pbs_mpiexec.sh": ["summary: launcher=mpich world_size=2 nodes=1"],
