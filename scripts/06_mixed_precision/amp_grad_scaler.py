@@ -1,8 +1,8 @@
 """Chapter 06: mixed precision with torch.autocast, and why fp16 needs a GradScaler.
 
 Under autocast the parameters stay fp32, but the forward pass runs its matrix products in
-fp16 or bf16, and so does the backward pass. fp16 cannot hold a magnitude below 5.96e-08:
-a smaller gradient becomes exactly 0 on its way back through the network. GradScaler
+fp16 or bf16, and so does the backward pass. fp16's smallest positive number is 5.96e-08:
+a gradient up to half of that rounds to exactly 0 on its way back through the network. GradScaler
 multiplies the loss by a large scale before backward() (so the gradients stay inside fp16's
 range) and divides the fp32 gradients by it again before the optimizer step. bf16 has
 fp32's range and needs no scaler.
