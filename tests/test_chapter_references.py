@@ -136,6 +136,8 @@ def _in_shared_library(name: str) -> bool:
 def resolves(token: str) -> bool:
     """Whether a backticked name of a citation exists in the installed torch."""
     sources = torch_sources()
+    if token.startswith("torch/") and token.endswith(".py"):  # a file of the installed torch
+        return (TORCH.parent / token).is_file()
     if not IDENTIFIER_PATH.match(token):  # quoted code: it must appear as written
         return any(token in text for text in sources.values())
     parts = re.split(r"\.|::", token.removesuffix("()"))
@@ -190,6 +192,7 @@ def test_the_citation_checker_rejects_what_torch_lacks():
     assert resolves("torch.distributed.run.run") and resolves("default_hooks._compress_hook")
     assert not resolves("DistributedDataParallel._sync_buffers_twice")
     assert not resolves("Join.notify_join_contexts") and not resolves("torch.distributed.runner.run")
+    assert resolves("torch/distributed/algorithms/join.py") and not resolves("torch/distributed/joins.py")
     assert citations("x (torch 2.14: `A.b`, `c(x)`, [y](z.md)).\n(torch 2.14:\n`d`) `e`)") == [
         (1, "2.14", "A.b"), (1, "2.14", "c(x)"), (2, "2.14", "d")]
 
