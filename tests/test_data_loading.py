@@ -77,3 +77,23 @@ def test_settings_follow_the_device(monkeypatch):
         loader = make_loader(dataset, 4, gpu)  # built, not iterated: pinning needs a real GPU
     assert (loader.num_workers, loader.pin_memory, loader.persistent_workers) == (3, True, True)
     assert loader.multiprocessing_context.get_start_method() == "forkserver"
+
+
+def test_one_indexing_per_batch_not_one_per_sample():
+    """What makes an epoch's time the training's: the data set is indexed once per batch."""
+    calls = []
+
+    class Counting(torch.utils.data.Dataset):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __getitem__(self, index):
+            calls.append(index)
+            return self.inner[index]
+
+    dataset = Counting(synthetic_classification(64))
+    assert len(batches(make_loader(dataset, 8, CPU))) == 8
+    assert len(calls) == 8 and all(len(c) == 8 for c in calls)

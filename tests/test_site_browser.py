@@ -1,10 +1,12 @@
 """The built site, read in a real browser: Chromium (Debian's package, .ci/install-chromium)
-driven by Playwright at 1400x900, with nothing reachable but the site itself.
+driven by Playwright at 1400x900, served from 127.0.0.1 by a thread of this process.
 
-One visit of every page serves every assertion: no local request answered with an error, no
-console error, no request outside the site, every image drawn, every code block as wide as
-its column at most, every tab set opening on its first tab (Bad) and switching when clicked.
-Search is tried once. Without Chromium or Playwright the tests skip, and fail under CI.
+One visit of every page (of the generated source pages, the two widest: pages_of) serves
+every assertion: no local request answered with an error, no console error, no request
+outside the site (offline readers, clusters), every image drawn, every code block as wide
+as its column at most, every tab set opening on its first tab (Bad) and switching when
+clicked. Search and a real click carried to the next page are tried once each. Without
+Chromium or Playwright the browser tests skip, and fail under CI.
 """
 
 from __future__ import annotations
