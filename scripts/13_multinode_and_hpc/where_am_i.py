@@ -33,30 +33,26 @@ import torch.distributed as dist
 
 from utils.cli import make_parser
 from utils.diagnostics import cpu_affinity, gpu_description, nccl_interface_summary, network_variables
-from utils.distributed import cleanup_distributed, detect_launcher, print0, resolve_master, setup_distributed
+from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
 def main() -> None:
     args = make_parser(__doc__).parse_args()
 
     # --8<-- [start:ask]
-    # 1. What the launcher told this process, before any network: rank, world size,
-    #    local rank (utils/distributed.py reads torchrun's, MPI's or Slurm's variables).
-    info = detect_launcher()
-    # 2. Where rank 0 will listen: MASTER_ADDR/MASTER_PORT, or what setup_distributed()
-    #    derives (this node; the job id's port; a port broadcast over MPI). Pinned in the
-    #    environment, so that setup_distributed() below uses exactly this address.
-    master = "none (one process)"
-    if info.world_size > 1:
-        addr, port = resolve_master(info)
-        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port))
-        master = f"{addr}:{port}"
-    # 3. Join the process group: every rank must reach rank 0 at that address.
+    # 1. What the launcher told this process (rank, world size, local rank: detect_launcher()
+    #    in utils/distributed.py reads torchrun's, MPI's or Slurm's variables), then join the
+    #    process group: every rank must reach rank 0. Where rank 0 listened, and where its
+    #    port came from (MASTER_PORT, the job and launch ids, a port broadcast over MPI,
+    #    torchrun), is what setup_distributed() used: ctx.rendezvous.
     ctx = setup_distributed(args.backend, args.timeout)
+    rdzv = ctx.rendezvous
+    master = f"{rdzv.addr}:{rdzv.port}" if rdzv else "none (one process)"
+    print0(f"rank 0 listened on {master}, port from {rdzv.port_from if rdzv else 'none'}")
     # --8<-- [end:ask]
 
     # --8<-- [start:gather]
-    # 4. Every rank's lines, gathered to every rank (one collective, under --timeout), and
+    # 2. Every rank's lines, gathered to every rank (one collective, under --timeout), and
     #    printed by rank 0 in rank order: no interleaving, no lines lost. The indented lines
     #    are what the rank was given: GPUs, CPUs, network (utils/diagnostics.py).
     host = socket.gethostname()
@@ -74,14 +70,14 @@ def main() -> None:
         print0(rank_line)
     # --8<-- [end:gather]
 
-    # 5. The summary: nodes = distinct host names; ranks per node in order of first rank.
+    # 3. The summary: nodes = distinct host names; ranks per node in order of first rank.
     ranks_per_host = Counter(hosts)
     counts = sorted(set(ranks_per_host.values()))
     ranks_per_node = str(counts[0]) if len(counts) == 1 else ",".join(map(str, ranks_per_host.values()))
     print0(f"summary: launcher={ctx.launcher} world_size={ctx.world_size} nodes={len(ranks_per_host)} "
            f"ranks_per_node={ranks_per_node} master={master.split()[0]}")
 
-    # 6. Clean up (no DDP model here to release first).
+    # 4. Clean up (no DDP model here to release first).
     cleanup_distributed()
 
 
