@@ -18,7 +18,8 @@ checkpoint without the other ranks' state: its load fails, after it has put rank
 moments on other parameters, and the resumed run's first step crashes.
 The fix (--variant good): consolidate_state_dict(to=0) on every rank, then rank 0 saves;
 every rank loads the file and keeps its shard. The resumed losses equal the uninterrupted
-run's. (torch.distributed.checkpoint, FSDP2's checkpoint, is the other fix.)
+run's. (torch.distributed.checkpoint is the fix after moving to FSDP2: it cannot read a
+ZeroRedundancyOptimizer that was not consolidated.)
 """
 
 import itertools
