@@ -6,7 +6,9 @@ include these files; test_site.py re-runs every command and checks that the exit
 same and the output still matches under the rules below.
 
 Regenerate them after changing a script:  make outputs  (python tests/captured_outputs.py),
-or only some:  python tests/captured_outputs.py 02_   (files whose name starts with 02_)
+or only some:  python tests/captured_outputs.py 02_   (files whose name starts with 02_).
+A file whose fresh output matches it under the rules below keeps its text (so the timings a
+page quotes stay those of the page); --rewrite writes every file anew.
 
 How a fresh run is compared with a capture (`differences`): the text must be identical, and so
 must the exit code. The numbers in it:
@@ -168,13 +170,25 @@ def differences(name: str, captured: str, fresh: str) -> list[str]:
 
 
 def main() -> None:
-    prefixes = tuple(sys.argv[1:]) or ("",)
+    """Re-run the captured commands (all, or those whose file names start with the given
+    prefixes). A file whose fresh output differs from it only where the rules above allow
+    (wall clock, drift) keeps its text, so the numbers a page quotes from it stay put;
+    --rewrite writes every fresh output."""
+    args = [a for a in sys.argv[1:] if a != "--rewrite"]
+    rewrite = "--rewrite" in sys.argv[1:]
+    prefixes = tuple(args) or ("",)
     codes = exit_codes()
     for path in sorted(p for p in OUTPUTS.glob("*.txt") if p.name.startswith(prefixes)):
-        command, _ = read(path)
+        command, captured = read(path)
         print(f"$ {command}", flush=True)
-        codes[path.name], output = run_command(command)
-        path.write_text(f"$ {command}\n{output}\n")
+        code, output = run_command(command)
+        same = (codes.get(path.name, code) == code and bool(captured.strip())
+                and not differences(path.name, captured, output))
+        codes[path.name] = code
+        if rewrite or not same:
+            path.write_text(f"$ {command}\n{output}\n")
+        else:
+            print("  (unchanged but for wall clock and drift: kept)", flush=True)
     codes = {name: code for name, code in sorted(codes.items()) if (OUTPUTS / name).exists()}
     EXIT_CODES.write_text(json.dumps(codes, indent=1) + "\n")
 
