@@ -58,8 +58,12 @@ def test_bf16_numbers_move_within_their_tolerance_and_no_further():
     assert differences("06_amp_bf16.txt", BF16, drifted) == []
     assert differences("06_amp_bf16.txt", BF16, BF16.replace("0.1783", "0.1900"))  # a 7% loss change
     assert differences("06_amp_bf16.txt", BF16, BF16.replace("0.2%", "1.0%"))  # 5x the zeros
-    # The same drift in a file without a tolerance is a difference.
+    # The same drift in a file without a tolerance is a difference ...
     assert differences("06_amp_good.txt", BF16, drifted)
+    # ... and so is one on a line the tolerance does not cover (its `lines`).
+    step = "step 1: largest gradient of the logits 2.57e-08"
+    assert differences("06_amp_bf16.txt", step, step.replace("2.57", "2.59"))
+    assert differences("06_amp_good.txt", step, step.replace("2.57e-08", "2.57e-07"))  # 10x
 
 
 def test_every_tolerance_has_a_reason_and_a_file():
