@@ -86,6 +86,18 @@ def kill_tree(pid: int) -> None:
             child.kill()
 
 
+def output_or_fail(proc: subprocess.Popen, timeout: float, what: str) -> str:
+    """What `proc` printed, once it exits; after `timeout` seconds, kill its whole tree and
+    fail the test with what it had printed (a hang becomes a failure, never a hung suite)."""
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        output, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s (a hang?): {what}\n{output}")
+    return output
+
+
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
         cwd: Path = REPO) -> Result:
     """Run cmd to completion, or kill its whole process group after `timeout` seconds."""
@@ -96,12 +108,7 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 1
         [str(c) for c in cmd], cwd=cwd, env=env or clean_env(), stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        output, _ = proc.communicate()
-        pytest.fail(f"timed out after {timeout} s (a hang?): {' '.join(map(str, cmd))}\n{output}")
+    output = output_or_fail(proc, timeout, " ".join(map(str, cmd)))
     for sign in TEARDOWN_FAILURES:
         assert sign not in output, f"teardown problem ({sign!r}) in: {' '.join(map(str, cmd))}\n{output}"
     return Result(proc.returncode, output, time.monotonic() - start)

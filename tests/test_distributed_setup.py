@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from conftest import clean_env, kill_tree, python, script
+from conftest import clean_env, output_or_fail, python, script
 
 from utils.distributed import (
     DistributedSetupError,
@@ -243,12 +243,7 @@ def start_rank(rank: int, port: int, step: str, timeout: str = "30") -> subproce
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        output, _ = proc.communicate()
-        pytest.fail(f"a rank hung:\n{output}")
+    output = output_or_fail(proc, timeout, "a rank hung")
     return proc.returncode, output
 
 
