@@ -55,7 +55,7 @@ def test_captured_output_matches_a_fresh_run(path):
 
 # Numbers a page states that are not measurements: versions, ports, sizes of the set-up.
 NOT_MEASURED = {"0.18", "2.9", "2.13", "2.14", "128", "256", "1000", "2000", "16384", "29400",
-                "29500", "65504", "1048576", "6.1e-05"}
+                "29500", "65504", "1048576", "6.1e-05", "5.96e-08"}
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d+(?:e-?\d+)?|\d{3,}(?:,\d{3})*)(?![\w])")
 
 
@@ -94,19 +94,34 @@ def _claim_or_nothing(code: re.Match) -> str:
     return f" {span} " if re.fullmatch(r"[-+]?[\d.,]+(e-?\d+)?%?", span) else " "
 
 
+def _outputs_in(text: str) -> dict[str, str]:
+    return {Path(path).name: read(REPO / path)[1]
+            for path in re.findall(r'--8<-- "(docs/outputs/[^"]+)"', text)}
+
+
 @pytest.mark.parametrize("page", sorted((REPO / "chapters").glob("*.md")), ids=lambda p: p.stem)
 def test_numbers_on_a_page_come_from_its_captured_outputs(page):
-    """A measured number in a chapter's prose is one its included outputs show (rounded or
-    not), and no more precise than it holds on another machine. A number alone in inline code
-    (`0.1783`) is a claim too; code is not."""
+    """A measured number in a chapter's prose is one that an output the reader has seen by
+    then shows (rounded or not): one included in the same `##` section or above it (the
+    whole page's, for a section before the first output). And it is no more precise than it
+    holds on another machine. A number alone in inline code (`0.1783`) is a claim too; code
+    is not."""
     text = page.read_text()
-    outputs = {Path(path).name: read(REPO / path)[1]
-               for path in re.findall(r'--8<-- "(docs/outputs/[^"]+)"', text)}
-    prose = re.sub(r"```.*?```|`([^`\n]*)`", _claim_or_nothing, text, flags=re.S)
-    typed = [n.lstrip("+") for n in NUMBER.findall(prose) if n.lstrip("+") not in NOT_MEASURED]
-    unshown = [n for n in typed if not _shown_by(outputs, n)]
-    assert not unshown, f"{page.name} states {unshown}, which none of its captured outputs shows"
-    too_precise = [n for n in typed if not any(_holds(n, *source) for source in _shown_by(outputs, n))]
+    unshown, too_precise, offset = [], [], 0
+    for section in re.split(r"(?m)^(?=## )", text):
+        offset += len(section)
+        seen = _outputs_in(text[:offset]) or _outputs_in(text)
+        prose = re.sub(r"```.*?```|`([^`\n]*)`", _claim_or_nothing, section, flags=re.S)
+        for number in (n.lstrip("+") for n in NUMBER.findall(prose)):
+            if number in NOT_MEASURED:
+                continue
+            sources = _shown_by(seen, number)
+            if not sources:
+                unshown.append(number)
+            elif not any(_holds(number, *source) for source in sources):
+                too_precise.append(number)
+    assert not unshown, (f"{page.name} states {unshown}, which no captured output included in "
+                         "the same section or above it shows")
     assert not too_precise, (f"{page.name} states {too_precise} more precisely than they hold on "
                              "another CPU (see captured_outputs.TOLERANCES): round them")
 
