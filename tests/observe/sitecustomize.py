@@ -7,8 +7,8 @@ there is one), what it did, and the path. A test then counts per rank what reach
 file system, instead of trusting a counter the script keeps about itself.
 
 Seen: Python's open() for writing and os.rename/os.replace (audit events), and
-torch.save() to a path, which torch writes from C++ where no audit event sees it (the file
-is stat()ed after the save: it is recorded only if it is there).
+torch.save() to a path, which torch writes from C++ where no audit event sees it (recorded
+when the save returns and the file is there).
 """
 
 from __future__ import annotations
@@ -62,7 +62,10 @@ def _wrap_torch_save(torch) -> None:
 
     def observed_save(obj, f, *args, **kwargs):
         result = save(obj, f, *args, **kwargs)
-        if (path := _watched(f)) and os.path.getsize(path) > 0:
+        # Recorded once the save returned (a failed one raises). Not by the file's size: in
+        # the bad variant every rank writes the same file, and another rank's save may have
+        # just truncated it.
+        if (path := _watched(f)) and os.path.exists(path):
             _record("save", path)
         return result
 
