@@ -203,6 +203,13 @@ def captured_run(name: str) -> Result:
 # `make test-quick` (pytest -m quick): the tests that launch nothing, and one launch of each
 # chapter's pitfall, for the inner loop. `make test` runs everything, quick ones included.
 QUICK_FILES = {"test_distributed_setup.py", "test_captured_outputs.py", "test_harness.py"}
+# ... but not these of QUICK_FILES: they wait out a timeout on purpose (about 28 s together).
+NOT_QUICK = {
+    "test_distributed_setup.py::test_two_launches_on_one_port_end_within_the_timeout",
+    "test_distributed_setup.py::test_a_wait_that_torch_does_not_bound_ends_at_the_timeout",
+    "test_distributed_setup.py::test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_on",
+    "test_distributed_setup.py::test_unreachable_master_fails_within_the_timeout",
+}
 QUICK_TESTS = {
     "test_01_data_parallel_ddp.py::test_pitfall_without_sampler_every_rank_trains_on_everything",
     "test_02_collectives.py::test_pitfall_skipped_all_reduce_times_out_and_the_fix_completes",
@@ -231,7 +238,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(str(item.fspath))
         key = f"{path.name}::{item.originalname}"
-        if path.name in QUICK_FILES or key in QUICK_TESTS:
+        if (path.name in QUICK_FILES and key not in NOT_QUICK) or key in QUICK_TESTS:
             item.add_marker(pytest.mark.quick)
             found.add(key)
     if config.getoption("-m") == "quick" and not config.getoption("keyword"):
