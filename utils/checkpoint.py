@@ -130,7 +130,7 @@ def _barrier() -> None:
 
 def _model_device(model: nn.Module) -> torch.device:
     parameter = next(model.parameters(), None)
-    return parameter.device if parameter is not None else torch.device("cpu")
+    return parameter.device if parameter is not None else torch.device("cpu")  # gpu-checked
 
 
 # --8<-- [start:save]

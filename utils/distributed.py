@@ -513,7 +513,7 @@ def _pick_backend_and_device(requested: str, info: LaunchInfo,
                 )
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "gloo":
-        return backend, torch.device("cpu")
+        return backend, torch.device("cpu")  # gpu-checked: gloo
     if not torch.cuda.is_available():
         raise DistributedSetupError(
             f"backend nccl needs CUDA GPUs and none is visible ({_why_no_cuda(env)}): "
@@ -736,7 +736,7 @@ def timeout_group(ctx: DistributedContext, timeout_s: float, *,
     """
     timeout = datetime.timedelta(seconds=timeout_s)
     if expect_failure and ctx.backend == "nccl":
-        return dist.new_group(timeout=timeout, backend="gloo"), torch.device("cpu")
+        return dist.new_group(timeout=timeout, backend="gloo"), torch.device("cpu")  # gpu-checked
     return dist.new_group(timeout=timeout), ctx.device
 
 

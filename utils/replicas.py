@@ -57,7 +57,7 @@ def tensor_checksums(module: nn.Module, *, include_buffers: bool = True) -> tupl
     """The names of ``module``'s parameters (then buffers) and a float64 vector with one
     checksum per tensor, on the device of the first one. DDP-wrapped or plain."""
     named = _named_tensors(module, include_buffers)
-    device = named[0][1].device if named else torch.device("cpu")
+    device = named[0][1].device if named else torch.device("cpu")  # gpu-checked
     with torch.no_grad():
         sums = [_weighted_sum(tensor).to(device) for _, tensor in named]
     return [name for name, _ in named], torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64)

