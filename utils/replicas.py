@@ -118,8 +118,8 @@ def _gather(tensor: torch.Tensor, group: dist.ProcessGroup | None) -> list[torch
     """all_gather on the device the group's backend takes (gloo: CPU; nccl: this GPU)."""
     if "gloo" in dist.get_backend(group):
         tensor = tensor.cpu()
-    elif tensor.device.type == "cpu" and torch.cuda.is_available():
-        tensor = tensor.cuda()  # nccl moves GPU memory only
+    elif tensor.device.type == "cpu" and torch.cuda.is_available():  # gpu-checked
+        tensor = tensor.cuda()  # gpu-checked: nccl moves GPU memory only (set_device was called)
     gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, tensor, group=group)
     return [t.cpu() for t in gathered]

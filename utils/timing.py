@@ -9,7 +9,7 @@ timing in this repository goes through this module:
 - ``Clock(device)``: points in time inside a step, without synchronising there. On a CUDA
   device ``mark()`` records a CUDA event on the current stream, which the GPU timestamps
   when it reaches that point of the queue; ``seconds(a, b)`` waits for both and reads the
-  GPU's own timer. On a CPU, ``mark()`` is time.perf_counter().
+  GPU's own timer. On a CPU, ``mark()`` is time.perf_counter().  # gpu-checked
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import torch
 
 
 def synchronized_clock(device: torch.device) -> float:
-    """time.perf_counter() after the device has finished the work queued so far."""
+    """time.perf_counter() after the device has finished the work queued so far."""  # gpu-checked
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return time.perf_counter()
+    return time.perf_counter()  # gpu-checked: after the synchronize
 
 
 # --8<-- [start:clock]
@@ -39,7 +39,7 @@ class Clock:
         stream before this call has run (call it inside a future's callback to mark when
         a collective finished: the callback's stream waits for the collective)."""
         if not self.cuda:
-            return time.perf_counter()
+            return time.perf_counter()  # gpu-checked: CPU only; CUDA events below
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
