@@ -247,21 +247,29 @@ def test_fixed_port_second_job_on_the_node_fails():
     assert summary["params_identical"] == "yes"
 
 
+def both_finish_side_by_side(start_first, start_second):
+    """Start a long launch, then a second one beside it; both must finish (exit 0) and must
+    have held their ports at the same time, or the test would prove nothing."""
+    first = start_first()
+    first.wait_for("rank 0 listens on")
+    second_launch = start_second()
+    second_launch.wait_for("rank 0 listens on")
+    first_still_running = first.proc.poll() is None  # the two held their ports at once
+    second, first_result = second_launch.finish(), first.finish()
+    assert second.returncode == 0, second.output
+    assert first_result.returncode == 0, first_result.output
+    assert first_still_running, "the launches did not overlap: the test proves nothing"
+    return first_result, second
+
+
 def test_ports_from_the_job_both_jobs_finish():
     """good: the first job's port comes from its job id and its launch (Open MPI names the
     launch: its PMIx namespace), the second (MPICH, no scheduler, no job id) gets a free port
     from its rank 0 over MPI; side by side, both finish. (Open MPI with --map-by ppr:N:node
     and MPICH with --ppn: the forms docs/launchers.md shows.)"""
-    first = mpi_job("openmpi", "1001.pbs", "--epochs", "150", placement=("--map-by", "ppr:2:node"))
-    first.wait_for("rank 0 listens on")
-    second_job = mpi_job("mpich", None, placement=("--ppn", "2"))
-    second_job.wait_for("rank 0 listens on")
-    first_still_running = first.proc.poll() is None  # the two held their ports at once
-    second, first_result = second_job.finish(), first.finish()
-
-    assert second.returncode == 0, second.output
-    assert first_result.returncode == 0, first_result.output
-    assert first_still_running, "the jobs did not overlap: the test proves nothing"
+    first_result, second = both_finish_side_by_side(
+        lambda: mpi_job("openmpi", "1001.pbs", "--epochs", "150", placement=("--map-by", "ppr:2:node")),
+        lambda: mpi_job("mpich", None, placement=("--ppn", "2")))
     summaries = parse_summary(first_result.output), parse_summary(second.output)
     namespace = summaries[0]["port_from"].removeprefix("PBS_JOBID=1001.pbs,PMIX_NAMESPACE=")
     assert namespace != summaries[0]["port_from"], summaries[0]
@@ -287,16 +295,9 @@ def test_two_launches_in_one_job_both_finish():
     """Two `mpiexec -n 2` (MPICH: its Hydra names no launch) side by side in one PBS job, as
     a sweep runs them: the same PBS_JOBID, so a port derived from the job id alone would be
     the same for both. Rank 0 of each picks a free port and broadcasts it; both finish."""
-    first = mpi_job("mpich", "2001.pbs", "--epochs", "150", "--timeout", "20")
-    first.wait_for("rank 0 listens on")
-    second_launch = mpi_job("mpich", "2001.pbs", "--timeout", "20")
-    second_launch.wait_for("rank 0 listens on")
-    first_still_running = first.proc.poll() is None  # the two held their ports at once
-    second, first_result = second_launch.finish(), first.finish()
-
-    assert second.returncode == 0, second.output
-    assert first_result.returncode == 0, first_result.output
-    assert first_still_running, "the launches did not overlap: the test proves nothing"
+    first_result, second = both_finish_side_by_side(
+        lambda: mpi_job("mpich", "2001.pbs", "--epochs", "150", "--timeout", "20"),
+        lambda: mpi_job("mpich", "2001.pbs", "--timeout", "20"))
     summaries = parse_summary(first_result.output), parse_summary(second.output)
     assert summaries[0]["port"] != summaries[1]["port"], summaries
     for summary in summaries:
