@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import MPI_VENVS, REPO, clean_env, mpi_env, run
+from conftest import MPI_VENVS, REPO, Result, clean_env, mpi_env, run
 from slurm_cluster import shared_cluster
 
 from utils.distributed import job_port
@@ -145,16 +147,47 @@ def slurm(request):
     return shared_cluster(request.config)
 
 
-@pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=script_id)
-def test_job_script_runs_through_slurms_qsub(slurm, tmp_path, job_script):
-    """qsub from the repository root, as the scripts say; Slurm's qsub hands the script to
-    sbatch, which reads its #PBS directives. No PBS_NODEFILE: the nodes come from Slurm."""
+# Jobs run side by side, this many at a time: one job keeps about one of the two cores busy
+# (start-up, imports, rendezvous), so two at once take about half the time.
+JOBS_AT_ONCE = 2
+
+
+@dataclass
+class QsubRun:
+    result: Result
+    job: dict[str, str]  # what scontrol says about the job, read as soon as it ended
+
+
+def run_through_qsub(slurm, tmp_path: Path, job_script: Path) -> QsubRun:
+    """qsub from the repository root, as the scripts say; what the jobs write goes to
+    tmp_path, not into the submitter's $HOME."""
     output = tmp_path / "job.out"
-    # What the jobs write goes to tmp_path, not into the submitter's $HOME.
     env = slurm.env(VENV=job_venv(job_script), PLOT=str(tmp_path / "plot.png"),
                     CHECKPOINT_DIR=str(tmp_path / "checkpoints"))
     result = slurm.submit(["qsub", "-j", "oe", "-o", output, job_script.relative_to(REPO)],
                           output=output, env=env)
+    job_id = result.output.split()[0] if result.output.split() else ""
+    return QsubRun(result, slurm.job(job_id) if job_id.isdigit() else {})
+
+
+@pytest.fixture(scope="module")
+def qsub_runs(slurm, tmp_path_factory):
+    """Every job script submitted at the first test that asks, JOBS_AT_ONCE at a time; each
+    test waits for its own job."""
+    with ThreadPoolExecutor(max_workers=JOBS_AT_ONCE, thread_name_prefix="qsub") as pool:
+        runs = {job: pool.submit(run_through_qsub, slurm, tmp_path_factory.mktemp(job.stem), job)
+                for job in JOB_SCRIPTS}
+        yield runs
+        for pending in runs.values():
+            pending.cancel()
+
+
+@pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=script_id)
+def test_job_script_runs_through_slurms_qsub(qsub_runs, job_script):
+    """Slurm's qsub hands the script to sbatch, which reads its #PBS directives. No
+    PBS_NODEFILE: the nodes come from Slurm."""
+    qsub_run = qsub_runs[job_script].result()
+    result = qsub_run.result
     assert result.returncode == 0, result.output
     job_id = result.output.split()[0]
     assert (f"job {job_id}: 1 node(s) [localhost] x 2 process(es); "
@@ -164,9 +197,8 @@ def test_job_script_runs_through_slurms_qsub(slurm, tmp_path, job_script):
     text = job_script.read_text()
     name = re.search(r"^#PBS -N (\S+)", text, flags=re.M)[1]
     hours, minutes = re.search(r"^#PBS -l walltime=(\d+):(\d+):", text, flags=re.M).groups()
-    job = slurm.job(job_id)
-    assert job["JobName"] == name, job
-    assert job["TimeLimit"] == f"{hours}:{minutes}:00", job
+    assert qsub_run.job["JobName"] == name, qsub_run.job
+    assert qsub_run.job["TimeLimit"] == f"{hours}:{minutes}:00", qsub_run.job
 
 
 def test_job_submitted_from_elsewhere_says_where_to_submit_from(tmp_path):
