@@ -151,6 +151,7 @@ def plot(path: Path, rows: list[dict], title: str) -> None:
         if points:
             axes.plot(*zip(*points, strict=True), marker="o", label=op)
     axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
     axes.set_xlabel("message size S (bytes)")
     axes.set_ylabel("bus bandwidth (GB/s)")
     axes.set_title(title, fontsize=10)
