@@ -226,9 +226,9 @@ def main() -> None:
         print0("the same all_reduce as a bare dist.all_reduce loop, interleaved with the benchmark's:")
         for size, bench, ref, _ in agreement:
             print0(f"{size:>9}  benchmark {bench:.6f} s  bare loop {ref:.6f} s")
-        verdict = f"within {AGREEMENT:.0%}" if agrees else f"MORE than {AGREEMENT:.0%} apart"
+        verdict = f"within {AGREEMENT:.0%} of 1" if agrees else f"MORE than {AGREEMENT:.0%} away from 1"
         print0(f"sizes up to {SMALL_BYTES} bytes: {len(pairs)} pairs of measurements (all ranks), "
-               f"the median ratio benchmark / bare loop is {verdict} of 1 "
+               f"the median ratio benchmark / bare loop is {verdict} "
                f"(fastest times summed: benchmark {bench_total:.6f} s, bare loop {bare_total:.6f} s)")
     # --8<-- [end:agreement]
     if ctx.is_main and args.csv is not None:
