@@ -132,6 +132,21 @@ def bare_all_reduce_loop(tensor: torch.Tensor, clock: Clock, iters: int, warmup:
 # --8<-- [end:bare]
 
 
+def supported(ops: list[str], world_size: int, device: torch.device) -> list[str]:
+    """The collectives this backend runs: each called once on a small tensor. A backend that
+    lacks one (an older torch's gloo and the one-tensor reduce_scatter, say) raises the same
+    error on every rank, so every rank drops the same ones."""
+    kept = []
+    for op in ops:
+        try:
+            make_call(op, 64 * world_size, world_size, device)[0]()
+            kept.append(op)
+        except (RuntimeError, NotImplementedError, ValueError) as error:
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            print0(f"{op}: not supported by this backend here ({reason}): skipped")
+    return kept
+
+
 def mean_over_ranks(seconds: float, device: torch.device) -> float:
     """The time averaged over the ranks (nccl-tests' default, -a 1)."""
     value = torch.tensor([seconds], dtype=torch.float64, device=device)
@@ -168,6 +183,7 @@ def main() -> None:
     # 1. Join the process group (chapter 01); the clock of this device (utils/timing.py).
     ctx = setup_distributed(args.backend, args.timeout)
     clock = Clock(ctx.device)
+    args.ops = supported(args.ops, ctx.world_size, ctx.device)
     sizes = []
     while not sizes or sizes[-1] * args.factor <= args.max_bytes:
         sizes.append(args.min_bytes * args.factor ** len(sizes))

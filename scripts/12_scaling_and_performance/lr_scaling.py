@@ -76,7 +76,7 @@ def held_out_loss(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) 
         return nn.functional.cross_entropy(model(inputs), labels).item()
 
 
-def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_step, points):
+def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_step, points, device):
     """[(samples seen, held-out loss)] at `points` evenly spaced moments, and at the start."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scheduler = schedule(optimizer) if schedule else None
@@ -87,6 +87,7 @@ def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_st
         if sampler is not None:
             sampler.set_epoch(epoch)
         for inputs, labels in loader:
+            inputs, labels = inputs.to(device), labels.to(device)
             optimizer.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(model(inputs), labels).backward()
             optimizer.step()
@@ -124,7 +125,7 @@ def main() -> None:
     ctx = setup_distributed(args.backend, args.timeout)
     data = synthetic_classification(args.num_samples + HELD_OUT, seed=args.seed)
     train_set = Subset(data, range(args.num_samples))
-    held_out = data.tensors[0][args.num_samples:], data.tensors[1][args.num_samples:]
+    held_out = tuple(tensor[args.num_samples:].to(ctx.device) for tensor in data.tensors)
     world, effective = ctx.world_size, args.batch_size * ctx.world_size
     print0(f"launcher={ctx.launcher} world_size={world} backend={ctx.backend}: effective batch = "
            f"{args.batch_size} per rank x {world} ranks = {effective}; {args.epochs} epochs of "
@@ -136,8 +137,8 @@ def main() -> None:
     single = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, generator=generator,
                         drop_last=True)
     curves = {f"reference: batch {args.batch_size}, lr {args.lr:g}":
-              train(build_model(args.seed), single, None, args.epochs, args.lr, None, held_out,
-                    args.batch_size, args.points)}
+              train(build_model(args.seed).to(ctx.device), single, None, args.epochs, args.lr, None,
+                    held_out, args.batch_size, args.points, ctx.device)}
 
     # 3. DDP with the effective batch: the same lr, then the linearly scaled lr with warm-up.
     sampler = DistributedSampler(train_set, num_replicas=world, rank=ctx.rank, shuffle=True,
@@ -148,9 +149,10 @@ def main() -> None:
         (f"scaled: batch {effective}, lr {args.lr * world:g} after {args.warmup_steps} warm-up steps",
          lambda optimizer: linear_scaling(optimizer, args.lr, world, args.warmup_steps)),
     ):
-        model = DDP(build_model(args.seed))
+        model = DDP(build_model(args.seed).to(ctx.device),
+                    device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
         curves[name] = train(model, loader, sampler, args.epochs, args.lr, schedule, held_out,
-                             effective, args.points)
+                             effective, args.points, ctx.device)
         del model
     # --8<-- [end:runs]
 
