@@ -48,6 +48,10 @@ outputs: $(VENV)/.installed
 	$(BIN)/python tests/captured_outputs.py
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/10_communication_overlap/bucket_sweep.py \
 		--plot docs/images/10_bucket_sweep.png
+	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/comm_bench.py \
+		--plot docs/images/12_comm_bench.png
+	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/lr_scaling.py \
+		--plot docs/images/12_lr_scaling.png
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)

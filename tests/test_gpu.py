@@ -20,6 +20,7 @@ Timings are not compared: they are the machine's.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -102,6 +103,10 @@ CASES: list[tuple[str, tuple[str, ...], Callable[[Result], None]]] = [
     ("11_replica_consistency/wrapper_bypass.py", ("--variant", "bad"), ok("replica_losses_equal=no")),
     ("11_replica_consistency/wrapper_bypass.py", ("--variant", "good"), ok("replica_losses_equal=yes")),
     ("11_replica_consistency/seeds_and_broadcast.py", (), ok("init_after_ddp=identical")),
+    ("12_scaling_and_performance/comm_bench.py", ("--max-bytes", "268435456"), ok("bare_loop_agrees=yes")),
+    ("12_scaling_and_performance/profile_step.py",
+     ("--batch-size", "64", "--trace", "/tmp/ddp_trace_gpu.json"), ok("steps=3")),
+    ("12_scaling_and_performance/lr_scaling.py", (), ok(f"effective_batch={16 * N}")),
     ("13_multinode_and_hpc/hang_debugging.py", ("--variant", "good"), ok("outcome=completed")),
     ("13_multinode_and_hpc/hang_debugging.py", ("--variant", "bad", "--fault", "hang"),
      fails("outcome=timeout")),
@@ -122,6 +127,16 @@ def test_checkpoints_under_nccl(tmp_path):
     ok("plain_load=ok", f"writes_per_rank=2,{','.join(['0'] * (N - 1))}")(first)
     ok("start_epoch=2", "rng_restored=yes", "plain_load=ok")(
         nccl_torchrun(path, "--checkpoint-dir", str(tmp_path), "--resume"))
+
+
+def test_dataparallel_against_ddp_on_the_gpus():
+    """Chapter 12: one process; DataParallel over every GPU, then DDP's processes, both timed."""
+    result = run([sys.executable, script("12_scaling_and_performance/dataparallel_vs_ddp.py"),
+                  "--steps", "10"], env=clean_env(), timeout=300)
+    assert result.returncode == 0, result.output
+    assert re.search(r"^DataParallel: \d+ samples/s$", result.output, flags=re.M), result.output
+    assert re.search(r"^DDP +: \d+ samples/s$", result.output, flags=re.M), result.output
+    assert result.summary()["gpus"] == str(N)
 
 
 def test_where_am_i_gives_every_rank_its_own_gpu():

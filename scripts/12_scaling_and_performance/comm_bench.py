@@ -1,0 +1,276 @@
+"""Chapter 12: how fast the process group moves bytes: a communication benchmark.
+
+For each collective DDP and its relatives use (all_reduce, all_gather into one tensor,
+reduce_scatter from one tensor, broadcast) and each message size from a few bytes up to
+--max-bytes, it times --iters calls after --warmup calls, and reports the time per call and
+two bandwidths as NVIDIA's nccl-tests define them (bandwidths() below): algbw = S / t, and
+busbw = algbw x a factor that depends on the collective, so that busbw can be compared with
+the link's speed whatever the number of ranks.
+
+In the same run it times a bare ``dist.all_reduce`` loop, written out by hand, the same
+way, interleaved with the benchmark's own all_reduce: the two must agree (within 5% on
+small messages), or the benchmark's machinery is what it measures.
+
+Run it (the defaults are small, for CPUs; on GPUs raise --max-bytes to hundreds of MB):
+    python scripts/12_scaling_and_performance/comm_bench.py                # 1 process
+    torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/comm_bench.py
+    torchrun --standalone --nproc_per_node=4 scripts/12_scaling_and_performance/comm_bench.py \\
+        --max-bytes 536870912 --csv comm.csv --plot comm.png             # GPUs, nccl
+    mpiexec -n 2 python scripts/12_scaling_and_performance/comm_bench.py --csv comm.csv
+"""
+
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
+
+import torch
+import torch.distributed as dist
+
+from utils.cli import make_parser
+from utils.distributed import cleanup_distributed, print0, setup_distributed
+from utils.timing import Clock
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+AGREEMENT = 0.05  # the benchmark's all_reduce and the bare loop: within 5% ...
+SMALL_BYTES = 64 * 1024  # ... on messages up to 64 KiB, where the fixed cost of a call dominates
+
+
+def parse_args():
+    parser = make_parser(__doc__)
+    parser.add_argument("--min-bytes", type=int, default=8, help="smallest message (default: %(default)s)")
+    parser.add_argument("--max-bytes", type=int, default=1024 * 1024,
+                        help="largest message, in bytes (default: %(default)s, 1 MiB; on GPUs try 536870912)")
+    parser.add_argument("--factor", type=int, default=4, help="each size is this many times the last "
+                        "(default: %(default)s)")
+    parser.add_argument("--iters", type=int, default=10,
+                        help="timed calls per measurement (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=5,
+                        help="untimed calls first, once per size (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=25,
+                        help="measurements per size and op; the fastest counts (default: %(default)s)")
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="collectives to time")
+    parser.add_argument("--csv", type=Path, default=None, help="write every measurement here (rank 0)")
+    parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                        help="plot busbw per size here (rank 0)")
+    args = parser.parse_args()
+    if not 4 <= args.min_bytes <= args.max_bytes or args.factor < 2:
+        parser.error("need 4 <= --min-bytes <= --max-bytes and --factor >= 2")
+    if args.iters < 1 or args.warmup < 0 or args.repeats < 1:
+        parser.error("--iters and --repeats must be at least 1, --warmup at least 0")
+    return args
+
+
+# --8<-- [start:bandwidths]
+BUS_FACTOR = {  # nccl-tests' correction from algbw to busbw, for n ranks
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def bandwidths(op: str, size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes), as nccl-tests computes them. size_bytes is S, the
+    whole array: for all_gather the gathered output, for reduce_scatter the input that is
+    reduced and scattered (n times what each rank sends or keeps), else the tensor."""
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * BUS_FACTOR[op](world_size)
+# --8<-- [end:bandwidths]
+
+
+def make_call(op: str, size_bytes: int, world_size: int, device: torch.device):
+    """(a function that makes one call of `op` on S = size_bytes, S actually used): float32
+    tensors; all_gather and reduce_scatter need S to be n equal parts, so S is rounded
+    down to a multiple of 4*n bytes (at least one element per rank)."""
+    count = max(1, size_bytes // 4)
+    if op in ("all_gather", "reduce_scatter"):
+        count = max(world_size, count // world_size * world_size)
+    whole = torch.ones(count, device=device)
+    part = torch.ones(count // world_size, device=device)
+    # the tensor-in, tensor-out forms (torch before 2.14: all_gather_into_tensor and
+    # reduce_scatter_tensor), no Python list of n tensors to build per call
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    call = {
+        "all_reduce": lambda: dist.all_reduce(whole),
+        "all_gather": lambda: all_gather(whole, part),
+        "reduce_scatter": lambda: reduce_scatter(part, whole),
+        "broadcast": lambda: dist.broadcast(whole, src=0),
+    }[op]
+    return call, count * 4
+
+
+# --8<-- [start:timed]
+def time_calls(call, clock: Clock, iters: int, warmup: int) -> float:
+    """Seconds per call: warm-up calls first, then all ranks start together (barrier), and
+    the clock runs around `iters` calls. A call returns once its result is ready to use: on
+    gloo the CPU has waited for it; on nccl the current CUDA stream waits for NCCL's, so a
+    CUDA event recorded after the last call (Clock.mark) fires when it has finished."""
+    for _ in range(warmup):
+        call()
+    dist.barrier()
+    start = clock.mark()
+    for _ in range(iters):
+        call()
+    return clock.seconds(start, clock.mark()) / iters
+# --8<-- [end:timed]
+
+
+# --8<-- [start:bare]
+def bare_all_reduce_loop(tensor: torch.Tensor, clock: Clock, iters: int, warmup: int) -> float:
+    """The reference: dist.all_reduce in a plain loop, nothing in between, timed the same way."""
+    for _ in range(warmup):
+        dist.all_reduce(tensor)
+    dist.barrier()
+    start = clock.mark()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    return clock.seconds(start, clock.mark()) / iters
+# --8<-- [end:bare]
+
+
+def supported(ops: list[str], world_size: int, device: torch.device) -> list[str]:
+    """The collectives this backend runs: each called once on a small tensor. A backend that
+    lacks one (an older torch's gloo and the one-tensor reduce_scatter, say) raises the same
+    error on every rank, so every rank drops the same ones."""
+    kept = []
+    for op in ops:
+        try:
+            make_call(op, 64 * world_size, world_size, device)[0]()
+            kept.append(op)
+        except (RuntimeError, NotImplementedError, ValueError) as error:
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            print0(f"{op}: not supported by this backend here ({reason}): skipped")
+    return kept
+
+
+def mean_over_ranks(seconds: float, device: torch.device) -> float:
+    """The time averaged over the ranks (nccl-tests' default, -a 1)."""
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(value)
+    return value.item() / dist.get_world_size()
+
+
+def plot(path: Path, rows: list[dict], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed on a cluster node
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
+    for op in OPS:
+        points = [(row["bytes"], row["busbw_GBps"]) for row in rows if row["op"] == op]
+        if points:
+            axes.plot(*zip(*points, strict=True), marker="o", label=op)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("message size S (bytes)")
+    axes.set_ylabel("bus bandwidth (GB/s)")
+    axes.set_title(title, fontsize=10)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def main() -> None:
+    args = parse_args()
+
+    # 1. Join the process group (chapter 01); the clock of this device (utils/timing.py).
+    ctx = setup_distributed(args.backend, args.timeout)
+    clock = Clock(ctx.device)
+    args.ops = supported(args.ops, ctx.world_size, ctx.device)
+    sizes = []
+    while not sizes or sizes[-1] * args.factor <= args.max_bytes:
+        sizes.append(args.min_bytes * args.factor ** len(sizes))
+    print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
+           f"device={ctx.device.type}: {len(sizes)} sizes from {sizes[0]} to {sizes[-1]} bytes, "
+           f"{args.warmup} warm-up + {args.iters} timed calls, fastest of {args.repeats}")
+
+    # --8<-- [start:loop]
+    # 2. Every size: each collective `repeats` times, and after each all_reduce measurement
+    #    the bare loop on the same tensor size, so both see the same machine load. The
+    #    fastest measurement counts (as Python's timeit advises: other processes on the
+    #    machine only ever add time), averaged over the ranks.
+    rows, agreement = [], []
+    for size in sizes:
+        measured: dict[str, list[float]] = {op: [] for op in args.ops}
+        bare: list[float] = []
+        calls = {op: make_call(op, size, ctx.world_size, ctx.device) for op in args.ops}
+        tensor = torch.ones(max(1, size // 4), device=ctx.device)
+        for repeat in range(args.repeats):
+            warmup = args.warmup if repeat == 0 else 0  # warm up once per size
+            for op, (call, _) in calls.items():
+                if op == "all_reduce" and repeat % 2:  # a pair, in alternating order
+                    bare.append(bare_all_reduce_loop(tensor, clock, args.iters, warmup))
+                measured[op].append(time_calls(call, clock, args.iters, warmup))
+                if op == "all_reduce" and not repeat % 2:
+                    bare.append(bare_all_reduce_loop(tensor, clock, args.iters, warmup))
+        for op, (_, used_bytes) in calls.items():
+            seconds = mean_over_ranks(min(measured[op]), ctx.device)
+            algbw, busbw = bandwidths(op, used_bytes, seconds, ctx.world_size)
+            rows.append({"op": op, "bytes": used_bytes, "seconds": seconds,
+                         "algbw_GBps": algbw, "busbw_GBps": busbw})
+        if "all_reduce" in calls:
+            ours = next(row for row in rows[-len(calls):] if row["op"] == "all_reduce")
+            ratios = [b / r for b, r in zip(measured["all_reduce"], bare, strict=True)]
+            agreement.append((size, ours["seconds"], mean_over_ranks(min(bare), ctx.device), ratios))
+    # --8<-- [end:loop]
+
+    # 3. Report: time per call on screen; algbw and busbw in the CSV and the plot.
+    print0(f"{'bytes':>9}  " + "  ".join(f"{op:>16}" for op in args.ops) + "   (seconds per call)")
+    for size_index in range(len(sizes)):
+        line = rows[size_index * len(args.ops):(size_index + 1) * len(args.ops)]
+        print0(f"{line[0]['bytes']:>9}  " + "  ".join(f"{row['seconds']:>14.6f} s" for row in line))
+    # --8<-- [start:agreement]
+    # The agreement on small sizes: each benchmark measurement against the bare loop's next
+    # to it (the pair sees the same machine load), the median of those ratios over every
+    # pair of every small size, and of all ranks. One size's fastest times alone can differ
+    # by more than 5% when other processes share the cores.
+    small = [(bench, ref) for size, bench, ref, _ in agreement if size <= SMALL_BYTES]
+    pairs = [ratio for size, _, _, ratios in agreement if size <= SMALL_BYTES for ratio in ratios]
+    everyone = [None] * ctx.world_size
+    dist.all_gather_object(everyone, pairs)
+    pairs = [ratio for ranks_pairs in everyone for ratio in ranks_pairs]
+    agrees = not pairs or abs(statistics.median(pairs) - 1) <= AGREEMENT
+    bench_total, bare_total = sum(b for b, _ in small), sum(r for _, r in small)
+    if agreement:
+        print0("the same all_reduce as a bare dist.all_reduce loop, interleaved with the benchmark's:")
+        for size, bench, ref, _ in agreement:
+            print0(f"{size:>9}  benchmark {bench:.6f} s  bare loop {ref:.6f} s")
+        verdict = f"within {AGREEMENT:.0%} of 1" if agrees else f"MORE than {AGREEMENT:.0%} away from 1"
+        print0(f"sizes up to {SMALL_BYTES} bytes: {len(pairs)} pairs of measurements (all ranks), "
+               f"the median ratio benchmark / bare loop is {verdict} "
+               f"(fastest times summed: benchmark {bench_total:.6f} s, bare loop {bare_total:.6f} s)")
+    # --8<-- [end:agreement]
+    if ctx.is_main and args.csv is not None:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        with args.csv.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=["op", "world_size", "bytes", "seconds",
+                                                      "algbw_GBps", "busbw_GBps"])
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({**row, "world_size": ctx.world_size})
+        print0(f"csv: {args.csv}")
+    if ctx.is_main and args.plot is not None:
+        plot(args.plot, rows, f"busbw per size, {ctx.world_size} rank(s), {ctx.backend} on {ctx.device.type}")
+        print0(f"plot: {args.plot}")
+    print0(f"summary: world_size={ctx.world_size} backend={ctx.backend} launcher={ctx.launcher} "
+           f"ops={','.join(args.ops)} sizes={len(sizes)} max_bytes={sizes[-1]} "
+           f"bare_loop_agrees={'yes' if agrees else 'no'} small_sizes={len(small)} pairs={len(pairs)} "
+           f"small_bench_total={bench_total:.6f}s small_bare_total={bare_total:.6f}s")
+
+    # 4. Clean up.
+    cleanup_distributed()
+    if not agrees:
+        print0("comm_bench: the benchmark's all_reduce and the bare loop disagree: the benchmark measures "
+               "its own machinery, or the machine was too busy to measure (run it again)", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
