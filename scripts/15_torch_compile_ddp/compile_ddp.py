@@ -117,6 +117,9 @@ def watch_recompiles() -> RecompileLog:
     logger = logging.getLogger("torch._dynamo.guards.__recompiles")
     logger.handlers = [handler]  # ours only: no copy on stderr from every rank
     logger.propagate = False
+    # Two warnings a CPU run prints from every rank, with a timestamp: not what this page is about.
+    for name in ("torch._dynamo.variables.ctx_manager", "torch.utils.cpp_extension"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     return handler
 
 
@@ -257,7 +260,7 @@ def main() -> None:
            f"steps={step} recompiles={len(recompiles.reasons)} "
            f"compile_s={step_seconds[0]:.2f}s step_s={steady_step:.4f}s "
            f"plain_load={plain_load} tensors_equal={equal}")
-    del compiled, ddp, optimizer
+    del compiled, ddp, inner, optimizer
     torch._dynamo.reset()  # dynamo's caches hold the DDP wrapper, which holds the process group
     cleanup_distributed()
 
