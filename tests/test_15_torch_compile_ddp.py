@@ -144,7 +144,7 @@ def test_graph_breaks_are_in_ddps_forward_not_in_the_model(bad, good):
         assert "the plain model alone (torch._dynamo.explain): 1 graph, 0 graph breaks" in result.output
         assert "x Attempted to call function marked as skipped: function " \
                "`DistributedDataParallel._inside_ddp_forward`" in result.output
-    # Two per compilation of DDP's forward: the ragged run compiles it twice.
+    # 3 when DDP's forward is traced once; the ragged run traces it again at the recompilation.
     assert bad[1]["graph_breaks"] == "4" and good[1]["graph_breaks"] == "3"
 
 
