@@ -57,7 +57,7 @@ def other_order():
 
 @pytest.fixture(scope="module")
 def cache():
-    """One process, --last-batch drop, twice into a fresh inductor cache: cold, then warm."""
+    """torchrun, 2 ranks, --last-batch drop, twice into a fresh inductor cache: cold, then warm."""
     result = captured_run("15_cache.txt")
     assert result.returncode == 0, result.output
     runs = re.split(r"^(?=inductor cache: )", result.output, flags=re.M)[1:]
@@ -172,7 +172,7 @@ def test_smaller_last_batch_recompiles_and_mark_dynamic_or_drop_last_do_not(bad,
     _, cold, warm = cache
     assert cold["last_batch"] == warm["last_batch"] == "drop"
     assert cold["recompiles"] == warm["recompiles"] == "0"
-    assert cold["steps"] == "12"  # 6 batches an epoch; the 7th (8 samples) dropped
+    assert cold["steps"] == "6"  # 3 batches of 32 per rank and epoch; the 4th (4 samples) dropped
     assert "recompiled" not in good[0].output + cache[0].output
 
 
