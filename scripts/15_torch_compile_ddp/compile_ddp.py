@@ -12,6 +12,7 @@ inductor's cache, /tmp/torchinductor_$USER unless TORCHINDUCTOR_CACHE_DIR says o
     torchrun --standalone --nproc_per_node=2 scripts/15_torch_compile_ddp/compile_ddp.py
     torchrun --standalone --nproc_per_node=2 scripts/15_torch_compile_ddp/compile_ddp.py --variant bad
     mpiexec -n 2 python scripts/15_torch_compile_ddp/compile_ddp.py
+    qsub scripts/15_torch_compile_ddp/torchrun_compile_ddp.sh                     # PBS cluster
 One graph, no DDPOptimizer (no overlap of all-reduces with backward):
     torchrun --standalone --nproc_per_node=2 scripts/15_torch_compile_ddp/compile_ddp.py --optimize-ddp off
 The smaller last batch of each epoch, without a recompilation:
