@@ -87,6 +87,13 @@ EXPECTED_IN_JOB_OUTPUT = {
                                "same_seed_distinct_masks=32/64", "per_rank_distinct_masks=64/64"],
     "13_multinode_and_hpc": ["world_size=2 nodes=1 ranks_per_node=2", "variant=good world_size=2",
                              "work=1.00x"],
+    "14_fault_tolerance": ["rank 1: killed (SIGKILL) after step 10",
+                           "resumed from checkpoint_good.pt: step 8, epoch 1, batch 8 of the epoch",
+                           "restart=1 resumed_from_step=8 steps=48/48 weights_crc=ac892451",
+                           "cannot resume: checkpoint_bad.pt is not a complete checkpoint: "
+                           "PytorchStreamReader failed reading zip archive",
+                           "the bad variant failed as expected (exit code 1)",
+                           "removed the temporary file of a save that never finished"],
     "16_fsdp": ["precision=fp32 params=135236 ddp_bytes=2163776 fsdp2_bytes=1081888", "losses_match=yes",
                 "variant=bad launcher=torchrun world_size=2", "rank_file_load=failed",
                 "export_bytes_per_rank=540944,540944", "variant=good launcher=torchrun world_size=2",

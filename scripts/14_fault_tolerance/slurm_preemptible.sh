@@ -12,9 +12,8 @@
 #
 # Chapter 14 as a Slurm job that can be stopped and requeued. 60 s before the time limit
 # (--signal=B:USR1@60), or when someone runs `scancel --signal=USR1 --batch <jobid>`, Slurm
-# sends SIGUSR1 to this batch shell; the trap below passes it on to srun, srun to every
-# rank. The ranks agree on a step, save a checkpoint there and exit with code 75; this
-# script then requeues the job (`scontrol requeue`), which runs it again from the top: the
+# sends SIGUSR1 to this batch shell; the trap below passes it on to every rank. The ranks
+# agree on a step, save a checkpoint there and exit with code 75; this script then requeues the job (`scontrol requeue`), which runs it again from the top: the
 # same job id, so the same checkpoint directory, and the training resumes from it.
 # (--open-mode=append: the requeued run's output goes after the first run's.)
 #
@@ -36,12 +35,19 @@ echo "run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID; checkpoints in $CHECKP
 
 # --8<-- [start:forward]
 # srun in the background, so that this shell can take the signal while it runs: bash runs
-# a trap only between commands, and `wait` is one it can interrupt.
+# a trap only between commands, and `wait` is one it can interrupt. The trap passes the
+# signal on with scancel to every step of the job (each rank, on every node): srun itself
+# would die of a SIGUSR1 sent to it instead of passing it on.
 without_job_port srun --kill-on-bad-exit=1 python scripts/14_fault_tolerance/train_resilient.py \
     --checkpoint-dir "$CHECKPOINT_DIR" "$@" &
 srun_pid=$!
-trap 'echo "job script: got SIGUSR1, passing it to the ranks"; kill -USR1 "$srun_pid"' USR1
-trap 'echo "job script: got SIGTERM, passing it to the ranks"; kill -TERM "$srun_pid"' TERM
+# shellcheck disable=SC2329  # called by the traps
+forward() {
+    echo "job script: got SIG$1, passing it to the ranks"
+    scancel --signal="$1" "$SLURM_JOB_ID"
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
 code=0
 wait "$srun_pid" || code=$?
 while kill -0 "$srun_pid" 2>/dev/null; do  # a trap ended the wait, not srun: wait again
