@@ -247,10 +247,13 @@ def main() -> None:
     if ctx.is_main and remove_partial_saves(args.checkpoint_dir):  # a save killed mid-write
         print("removed the temporary file of a save that never finished")
     if path.exists():
+        checkpoint, why = None, ""
         try:
             checkpoint = load_checkpoint(path, model, optimizer, device=ctx.device, scheduler=scheduler)
         except (RuntimeError, OSError) as error:  # PyTorch's own words: what is wrong with the file
-            print0(f"cannot resume: {path.name} is not a complete checkpoint: {error}")
+            why = str(error)  # (kept as text: the exception would keep the model alive)
+        if checkpoint is None:
+            print0(f"cannot resume: {path.name} is not a complete checkpoint: {why}")
             print0("the run is lost: nothing to resume from (the previous checkpoint was overwritten)")
             del model
             cleanup_distributed()
