@@ -13,8 +13,9 @@
 # Chapter 14 as a Slurm job that can be stopped and requeued. 60 s before the time limit
 # (--signal=B:USR1@60), or when someone runs `scancel --signal=USR1 --batch <jobid>`, Slurm
 # sends SIGUSR1 to this batch shell; the trap below passes it on to every rank. The ranks
-# agree on a step, save a checkpoint there and exit with code 75; this script then requeues the job (`scontrol requeue`), which runs it again from the top: the
-# same job id, so the same checkpoint directory, and the training resumes from it.
+# agree on a step, save a checkpoint there and exit with code 75; this script then
+# requeues the job (`scontrol requeue`), which runs it again from the top: the same job
+# id, so the same checkpoint directory, and the training resumes from it.
 # (--open-mode=append: the requeued run's output goes after the first run's.)
 #
 # Submit from the repository root; arguments go to the training script:
