@@ -169,8 +169,8 @@ class Heartbeat:
     runs: the step it is in and how long since the last step ended. Slow progress shows a
     step count that moves; a hang shows one that stays while "since last step" grows."""
 
-    def __init__(self, every: float, rank: int) -> None:
-        self.step, self.last, self.step_time = 0, time.monotonic(), 0.0
+    def __init__(self, every: float, rank: int, step: int = 0) -> None:
+        self.step, self.last, self.step_time = step, time.monotonic(), 0.0
         self.done = threading.Event()
         if every > 0 and rank == 0:
             threading.Thread(target=self._beat, args=(every,), daemon=True).start()
@@ -266,7 +266,7 @@ def main() -> None:
     resumed_from = step
 
     # 6. Train, one step at a time, from wherever the checkpoint left off.
-    heartbeat = Heartbeat(args.heartbeat, ctx.rank)
+    heartbeat = Heartbeat(args.heartbeat, ctx.rank, step)
     preempted = ""
     for epoch in range(step // steps_per_epoch, args.epochs):
         sampler.set_epoch(epoch)
