@@ -145,6 +145,22 @@ def test_dataparallel_against_ddp_on_the_gpus():
     assert result.summary()["gpus"] == str(N)
 
 
+def test_fault_tolerance_under_nccl(tmp_path):
+    """Chapter 14: a rank killed and torchrun restarting the group, and a signal on one rank
+    that stops every rank at one step; each run resumes from its checkpoint and finishes."""
+    path = "14_fault_tolerance/train_resilient.py"
+    restart = run([VENV_BIN / "torchrun", "--standalone", f"--nproc_per_node={GPUS}", "--max-restarts=1",
+                   script(path), "--backend", "nccl", "--checkpoint-dir", str(tmp_path / "restart"),
+                   "--fail-at-step", "10", "--num-samples", "4096"],
+                  env=clean_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"), timeout=300)
+    ok("restart=1 resumed_from_step=8", "rng_restored=yes")(restart)
+    stopped = nccl_torchrun(path, "--checkpoint-dir", str(tmp_path / "preempt"), "--signal-at-step", "13",
+                            "--num-samples", "4096")
+    assert stopped.returncode != 0 and "at step 13/" in stopped.output, stopped.output
+    ok("resumed_from_step=13", "rng_restored=yes")(
+        nccl_torchrun(path, "--checkpoint-dir", str(tmp_path / "preempt"), "--num-samples", "4096"))
+
+
 def test_where_am_i_gives_every_rank_its_own_gpu():
     result = nccl_torchrun("13_multinode_and_hpc/where_am_i.py")
     ok(f"world_size={N}")(result)

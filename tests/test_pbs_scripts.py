@@ -89,6 +89,13 @@ EXPECTED_IN_JOB_OUTPUT = {
                                "same_seed_distinct_masks=32/64", "per_rank_distinct_masks=64/64"],
     "13_multinode_and_hpc": ["world_size=2 nodes=1 ranks_per_node=2", "variant=good world_size=2",
                              "work=1.00x"],
+    "14_fault_tolerance": ["rank 1: killed (SIGKILL) after step 10",
+                           "resumed from checkpoint_good.pt: step 8, epoch 1, batch 8 of the epoch",
+                           "restart=1 resumed_from_step=8 steps=48/48 weights_crc=ac892451",
+                           "cannot resume: checkpoint_bad.pt is not a complete checkpoint: "
+                           "PytorchStreamReader failed reading zip archive",
+                           "the bad variant failed as expected (exit code 1)",
+                           "removed the temporary file of a save that never finished"],
     "15_torch_compile_ddp": ["variant=bad world_size=2 launcher=torchrun order=ddp-then-compile "
                              "optimize_ddp=on last_batch=ragged buckets=5 subgraphs=5", "recompiles=2",
                              "plain_load=failed",

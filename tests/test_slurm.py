@@ -30,7 +30,8 @@ def rank_lines(output: str) -> list[tuple[str, str]]:
 
 
 def test_every_slurm_job_script_is_tested():
-    assert SLURM_JOB_SCRIPTS == ["slurm_srun.sh", "slurm_torchrun.sh"]
+    # slurm_preemptible.sh (chapter 14): tests/test_14_fault_tolerance.py runs it
+    assert SLURM_JOB_SCRIPTS == ["slurm_preemptible.sh", "slurm_srun.sh", "slurm_torchrun.sh"]
 
 
 def assert_job_ran(result, *, launcher: str, tasks_per_node: int) -> str:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 import torch.distributed as dist
@@ -34,6 +34,7 @@ try:  # numpy is optional: its RNG is saved and restored only where it is instal
 except ImportError:  # pragma: no cover - numpy ships with most torch installs
     np = None
 
+TEMP_PREFIX = "."  # atomic_torch_save's temporary files: hidden, next to the checkpoint
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DDP / DataParallel, torch.compile
 StateDict = dict[str, Any]
 
@@ -98,23 +99,55 @@ def restore_rng_state(state: Mapping[str, Any], device: torch.device | None = No
 
 # --------------------------------------------------------------------------- files
 # --8<-- [start:atomic]
-def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str], *,
+                      open_file: Callable[[Path], BinaryIO] | None = None) -> None:
     """torch.save() to a temporary file in the same directory, then rename it over
     ``path``. A rename within one file system is atomic: a reader (or a restarted job)
-    sees the old checkpoint or the new one, never a half-written file."""
+    sees the old checkpoint or the new one, never a half-written file; the previous
+    checkpoint stays in place until the new one is complete. ``open_file(temp_path)``
+    replaces ``open(temp_path, "wb")`` (chapter 14 passes one that dies mid-write)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp_path = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same directory: same file system
+    # same directory: same file system, so the rename below is atomic
+    temp_path = path.with_name(f"{TEMP_PREFIX}{path.name}.{os.getpid()}.tmp")
     try:
-        with open(temp_path, "wb") as temp_file:
+        with (open_file or _open_for_writing)(temp_path) as temp_file:
             torch.save(obj, temp_file)
             temp_file.flush()
             os.fsync(temp_file.fileno())  # the bytes are on disk before the name points at them
         os.replace(temp_path, path)
+        _fsync_directory(path.parent)  # and the rename itself survives a crash of the node
     except BaseException:
         temp_path.unlink(missing_ok=True)  # a failed save leaves the previous checkpoint alone
         raise
 # --8<-- [end:atomic]
+
+
+def _open_for_writing(path: Path) -> BinaryIO:
+    return open(path, "wb")
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Flush a directory's entries (a rename is a change of the directory) to disk."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform or file system where directories cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_partial_saves(directory: str | os.PathLike[str]) -> int:
+    """Delete the temporary files of atomic saves that never finished (a process killed
+    mid-write leaves one behind); returns how many. Call on one rank, before any saves."""
+    partial = list(Path(directory).glob(f"{TEMP_PREFIX}*.tmp"))
+    for temp_path in partial:
+        temp_path.unlink(missing_ok=True)
+    return len(partial)
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -138,11 +171,15 @@ def save_checkpoint(
     path: str | os.PathLike[str], model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int,
     *, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     extra: Mapping[str, Any] | None = None,
+    write: Callable[[Any, Path], None] = atomic_torch_save,
 ) -> bool:
     """Save everything a resume needs; call on every rank. Returns True on the rank that
     wrote the file (rank 0).
 
-    ``epoch`` is the number of epochs done (the resumed run starts at that index).
+    ``epoch`` is the number of epochs done (the resumed run starts at that index);
+    ``extra`` holds anything else a resume needs (chapter 14: the step, the position in the
+    epoch). ``write(checkpoint, path)`` writes the file: atomic_torch_save unless a caller
+    wants another way (chapter 14 shows the unsafe one).
     """
     rank, world_size = _rank_and_world()
     # Every rank's RNG states, gathered to all (a collective: every rank must be here).
@@ -162,7 +199,7 @@ def save_checkpoint(
             "rng": rng_states,
             "extra": dict(extra or {}),
         }
-        atomic_torch_save(checkpoint, path)
+        write(checkpoint, Path(path))
     _barrier()  # nobody reads the checkpoint (or exits) before rank 0 has finished it
     return rank == 0
 # --8<-- [end:save]

@@ -60,14 +60,19 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, samp
       inherits it, which CUDA does not support), and pinned (page-locked) memory, so
       that ``tensor.to(device, non_blocking=True)`` copies asynchronously.
     - On a CPU: everything in the training process, nothing pinned.
+    - ``generator``: the shuffle's random numbers without a `sampler`; with one, the
+      generator the loader draws its workers' base seed from, each time an epoch's
+      iterator starts (by default the global torch RNG: an exact resume mid-epoch must
+      keep that draw out of the global RNG, chapter 14).
     """
     on_gpu = device.type == "cuda"
+    loader_generator = generator if sampler is not None else None
     if sampler is None:
         sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
     workers = loader_workers(device, local_world_size) if num_workers is None else num_workers
     return DataLoader(
         dataset, batch_size=None, sampler=BatchSampler(sampler, batch_size, drop_last),
         num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0,
-        multiprocessing_context="forkserver" if workers > 0 else None,
+        multiprocessing_context="forkserver" if workers > 0 else None, generator=loader_generator,
     )
 # --8<-- [end:make_loader]
