@@ -165,3 +165,23 @@ def test_linear_scaling_rule_recovers_the_reference_curve():
     assert unscaled - reference > 0.1, summary
     # ... and with the lr scaled by the world size (after warm-up) it nearly catches up.
     assert scaled - reference < 0.2 * (unscaled - reference), summary
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_linear_scaling_warms_up_from_the_single_process_lr(world_size):
+    """The scaled run's lr: base_lr at step 0, rising linearly to base_lr x N at warmup_steps."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("lr_scaling", REPO / "scripts" / f"{FOLDER}/lr_scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    scheduler = module.linear_scaling(optimizer, 0.1, world_size, warmup_steps=8)
+    lrs = []
+    for _ in range(12):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[0] == pytest.approx(0.1)
+    assert lrs[4] == pytest.approx(0.1 * (1 + (world_size - 1) / 2))
+    assert lrs[8:] == pytest.approx([0.1 * world_size] * 4)
