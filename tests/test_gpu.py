@@ -63,6 +63,18 @@ def fails(*expected: str) -> Callable[[Result], None]:
     return check
 
 
+def profile_table(result: Result) -> None:
+    """Chapter 12's profiler table on the GPU's timeline: every column at least 0, and data +
+    compute + exposed communication the step but for zero_grad and the Python between ranges."""
+    ok("steps=3")(result)
+    rows = re.findall(r"^\s+\d+\s+(-?\d+\.\d+) s\s+(-?\d+\.\d+) s\s+(-?\d+\.\d+) s\s+(-?\d+\.\d+) s\s+"
+                      r"(-?\d+\.\d+) s\s+(-?\d+\.\d+) s$", result.output, flags=re.M)
+    assert len(rows) == 3, result.output
+    for step, data, compute, exposed, _, overlapped in ((float(v) for v in row) for row in rows):
+        assert min(data, compute, exposed, overlapped) >= 0, result.output
+        assert abs(data + compute + exposed - step) <= 0.10 * step, result.output
+
+
 N = GPUS
 CASES: list[tuple[str, tuple[str, ...], Callable[[Result], None]]] = [
     ("01_data_parallel_ddp/multinode_ddp_basic.py", ("--variant", "bad"), ok(f"work={N}.00x")),
@@ -105,7 +117,7 @@ CASES: list[tuple[str, tuple[str, ...], Callable[[Result], None]]] = [
     ("11_replica_consistency/seeds_and_broadcast.py", (), ok("init_after_ddp=identical")),
     ("12_scaling_and_performance/comm_bench.py", ("--max-bytes", "268435456"), ok("bare_loop_agrees=yes")),
     ("12_scaling_and_performance/profile_step.py",
-     ("--batch-size", "64", "--trace", "/tmp/ddp_trace_gpu.json"), ok("steps=3")),
+     ("--batch-size", "64", "--trace", "/tmp/ddp_trace_gpu.json"), profile_table),
     ("12_scaling_and_performance/lr_scaling.py", (), ok(f"effective_batch={16 * N}")),
     ("15_torch_compile_ddp/compile_ddp.py", ("--variant", "bad", "--checkpoint-dir", "/tmp/ch15_gpu"),
      ok("subgraphs=5", "plain_load=failed", "tensors_equal=yes", "device=cuda")),

@@ -7,9 +7,11 @@ two bandwidths as NVIDIA's nccl-tests define them (bandwidths() below): algbw = 
 busbw = algbw x a factor that depends on the collective, so that busbw can be compared with
 the link's speed whatever the number of ranks.
 
-In the same run it times a bare ``dist.all_reduce`` loop, written out by hand, the same
-way, interleaved with the benchmark's own all_reduce: the two must agree (within 5% on
-small messages), or the benchmark's machinery is what it measures.
+In the same run it times a bare ``dist.all_reduce`` loop, written out by hand and timed
+another way (the device synchronized, then time.perf_counter() around the whole loop; no
+CUDA events, no helper shared with the benchmark), interleaved with the benchmark's own
+all_reduce: the two must agree (within 5% on small messages), or the benchmark measures
+its own machinery, or on a GPU its event clock measures something else than the wall clock.
 
 Run it (the defaults are small, for CPUs; on GPUs raise --max-bytes to hundreds of MB):
     python scripts/12_scaling_and_performance/comm_bench.py                # 1 process
@@ -22,6 +24,7 @@ Run it (the defaults are small, for CPUs; on GPUs raise --max-bytes to hundreds 
 import csv
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
@@ -106,9 +109,11 @@ def make_call(op: str, size_bytes: int, world_size: int, device: torch.device):
 # --8<-- [start:timed]
 def time_calls(call, clock: Clock, iters: int, warmup: int) -> float:
     """Seconds per call: warm-up calls first, then all ranks start together (barrier), and
-    the clock runs around `iters` calls. A call returns once its result is ready to use: on
-    gloo the CPU has waited for it; on nccl the current CUDA stream waits for NCCL's, so a
-    CUDA event recorded after the last call (Clock.mark) fires when it has finished."""
+    the clock runs around `iters` calls. On gloo a call returns once the CPU has waited for
+    the result. On nccl it returns once the collective is queued on the current CUDA stream
+    (called without async_op=True, the work is not waited for in Python: "the backend has
+    sync'ed at CPP level"), so a CUDA event recorded on that stream after the last call
+    (Clock.mark) is reached when the last collective has finished."""
     for _ in range(warmup):
         call()
     dist.barrier()
@@ -120,15 +125,21 @@ def time_calls(call, clock: Clock, iters: int, warmup: int) -> float:
 
 
 # --8<-- [start:bare]
-def bare_all_reduce_loop(tensor: torch.Tensor, clock: Clock, iters: int, warmup: int) -> float:
-    """The reference: dist.all_reduce in a plain loop, nothing in between, timed the same way."""
+def bare_all_reduce_loop(tensor: torch.Tensor, iters: int, warmup: int) -> float:
+    """The reference: dist.all_reduce in a plain loop, nothing in between, timed another way:
+    the wall clock, read after the device has finished everything queued (no CUDA events)."""
+    cuda = tensor.device.type == "cuda"
     for _ in range(warmup):
         dist.all_reduce(tensor)
     dist.barrier()
-    start = clock.mark()
+    if cuda:
+        torch.cuda.synchronize(tensor.device)
+    start = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(tensor)
-    return clock.seconds(start, clock.mark()) / iters
+    if cuda:
+        torch.cuda.synchronize(tensor.device)
+    return (time.perf_counter() - start) / iters
 # --8<-- [end:bare]
 
 
@@ -206,10 +217,10 @@ def main() -> None:
             warmup = args.warmup if repeat == 0 else 0  # warm up once per size
             for op, (call, _) in calls.items():
                 if op == "all_reduce" and repeat % 2:  # a pair, in alternating order
-                    bare.append(bare_all_reduce_loop(tensor, clock, args.iters, warmup))
+                    bare.append(bare_all_reduce_loop(tensor, args.iters, warmup))
                 measured[op].append(time_calls(call, clock, args.iters, warmup))
                 if op == "all_reduce" and not repeat % 2:
-                    bare.append(bare_all_reduce_loop(tensor, clock, args.iters, warmup))
+                    bare.append(bare_all_reduce_loop(tensor, args.iters, warmup))
         for op, (_, used_bytes) in calls.items():
             seconds = mean_over_ranks(min(measured[op]), ctx.device)
             algbw, busbw = bandwidths(op, used_bytes, seconds, ctx.world_size)
@@ -225,7 +236,13 @@ def main() -> None:
     print0(f"{'bytes':>9}  " + "  ".join(f"{op:>16}" for op in args.ops) + "   (seconds per call)")
     for size_index in range(len(sizes)):
         line = rows[size_index * len(args.ops):(size_index + 1) * len(args.ops)]
-        print0(f"{line[0]['bytes']:>9}  " + "  ".join(f"{row['seconds']:>14.6f} s" for row in line))
+        print0(f"{sizes[size_index]:>9}  " + "  ".join(f"{row['seconds']:>14.6f} s" for row in line))
+    requested = [size for size in sizes for _ in args.ops]  # rows run size by size, op by op
+    for size, row in zip(requested, rows, strict=True):
+        if row["bytes"] == size:
+            continue  # all_gather, reduce_scatter: S in n equal float32 parts, so rounded
+        print0(f"  {row['op']} at {size} bytes: S = {row['bytes']} bytes, a multiple of 4 x {ctx.world_size} "
+               "(the CSV's bytes and the bandwidths use it)")
     # --8<-- [start:agreement]
     # The agreement on small sizes: each benchmark measurement against the bare loop's next
     # to it (the pair sees the same machine load), the median of those ratios over every

@@ -15,7 +15,9 @@ number of samples seen:
 
 The data is the tutorial's synthetic "teacher" task (utils/data.py) and a small MLP: its
 loss falls within seconds on a CPU, so the curves show the rule itself. (ResNet-18 on
-FakeData would not: its labels are random, no learning rate makes its held-out loss fall.)
+FakeData would not: its labels are random, no learning rate brings its held-out loss below
+chance, ln 10.) The training set is cut to a whole number of effective batches, so that the
+three runs see the same samples for any world size.
 
 Run it (--plot writes the loss curves):
     python scripts/12_scaling_and_performance/lr_scaling.py                # 1 process: all three alike
@@ -52,7 +54,10 @@ def parse_args():
                         help="loss measurements per run (default: %(default)s)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="write the loss curves here (rank 0)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.points < 1 or args.num_samples < 1 or args.warmup_steps < 0:
+        parser.error("--points and --num-samples must be at least 1, --warmup-steps at least 0")
+    return args
 
 
 def build_model(seed: int) -> nn.Module:
@@ -76,12 +81,11 @@ def held_out_loss(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) 
         return nn.functional.cross_entropy(model(inputs), labels).item()
 
 
-def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_step, points, device):
-    """[(samples seen, held-out loss)] at `points` evenly spaced moments, and at the start."""
+def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_step, every, device):
+    """[(samples seen, held-out loss)] at the start, every `every` samples, and at the end."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scheduler = schedule(optimizer) if schedule else None
     total = epochs * len(loader) * samples_per_step
-    every = max(1, total // points)
     curve, seen = [(0, held_out_loss(model, *held_out))], 0
     for epoch in range(epochs):
         if sampler is not None:
@@ -94,7 +98,7 @@ def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_st
             if scheduler:
                 scheduler.step()
             seen += samples_per_step
-            if seen // every > curve[-1][0] // every:
+            if seen % every == 0 or seen == total:
                 curve.append((seen, held_out_loss(model, *held_out)))
     return curve
 
@@ -123,13 +127,22 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01); the teacher data, a held-out part kept aside.
     ctx = setup_distributed(args.backend, args.timeout)
-    data = synthetic_classification(args.num_samples + HELD_OUT, seed=args.seed)
-    train_set = Subset(data, range(args.num_samples))
-    held_out = tuple(tensor[args.num_samples:].to(ctx.device) for tensor in data.tensors)
+    #    The training set: a whole number of effective batches, so that the reference's
+    #    batches and the DDP runs' split the same samples, for any world size.
     world, effective = ctx.world_size, args.batch_size * ctx.world_size
+    used = args.num_samples // effective * effective
+    if used == 0:
+        cleanup_distributed()
+        sys.exit(f"lr_scaling: --num-samples {args.num_samples} is less than one effective batch "
+                 f"({args.batch_size} x {world} ranks = {effective}): raise --num-samples")
+    data = synthetic_classification(args.num_samples + HELD_OUT, seed=args.seed)
+    train_set = Subset(data, range(used))
+    held_out = tuple(tensor[args.num_samples:].to(ctx.device) for tensor in data.tensors)
+    # a loss measurement every `every` samples: a whole number of both runs' steps
+    every = max(1, used * args.epochs // args.points // effective) * effective
     print0(f"launcher={ctx.launcher} world_size={world} backend={ctx.backend}: effective batch = "
            f"{args.batch_size} per rank x {world} ranks = {effective}; {args.epochs} epochs of "
-           f"{args.num_samples} samples in each run")
+           f"{used} samples in each run")
 
     # --8<-- [start:runs]
     # 2. reference: one process's batch and lr, no DDP (every rank computes the same).
@@ -138,7 +151,7 @@ def main() -> None:
                         drop_last=True)
     curves = {f"reference: batch {args.batch_size}, lr {args.lr:g}":
               train(build_model(args.seed).to(ctx.device), single, None, args.epochs, args.lr, None,
-                    held_out, args.batch_size, args.points, ctx.device)}
+                    held_out, args.batch_size, every, ctx.device)}
 
     # 3. DDP with the effective batch: the same lr, then the linearly scaled lr with warm-up.
     sampler = DistributedSampler(train_set, num_replicas=world, rank=ctx.rank, shuffle=True,
@@ -152,7 +165,7 @@ def main() -> None:
         model = DDP(build_model(args.seed).to(ctx.device),
                     device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
         curves[name] = train(model, loader, sampler, args.epochs, args.lr, schedule, held_out,
-                             effective, args.points, ctx.device)
+                             effective, every, ctx.device)
         del model
     # --8<-- [end:runs]
 

@@ -6,12 +6,17 @@ torch.profiler after --warmup steps, and exports the trace (open it in
 https://ui.perfetto.dev or chrome://tracing). From the trace's events it prints, per step:
 
 - data: waiting for the next batch and copying it to the device;
-- compute: forward, backward and the optimizer, less the communication they waited for;
+- compute: forward, backward, the optimizer (and on a GPU the wait for it at the end of the
+  step), less the communication they waited for;
 - communication the step waited for (exposed), and the communication that ran while
   backward() was still computing gradients (overlapped: DDP all-reduces each gradient
   bucket as soon as it is full, on the backend's own thread or CUDA stream).
 
-data + compute + exposed communication is the step, but for the Python between the phases.
+data + compute + exposed communication is the step, but for zero_grad and the Python between
+the phases. On a GPU the forward, backward and optimizer ranges only queue kernels; the
+"synchronize" range at the end of each step is where the CPU waits for the GPU to run them,
+so compute there is time the GPU spent on the step's kernels (or idle between them), less
+the communication kernels the step waited for.
 
 Run it (CPU steps of ResNet-18 take about a second: the defaults are a few tiny batches):
     python scripts/12_scaling_and_performance/profile_step.py                # 1 process
@@ -40,7 +45,7 @@ from utils.cli import add_training_args, make_parser
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.vision import cifar10_or_fake, resnet18_cifar
 
-PHASES = ("data", "forward", "backward", "optimizer")
+PHASES = ("data", "forward", "backward", "optimizer", "synchronize")
 
 
 def parse_args():
@@ -95,10 +100,11 @@ def step_table(events: list[dict], main_tid: int, cuda: bool) -> list[dict[str, 
     spans = [e for e in events if e.get("ph") == "X" and e.get("tid") == main_tid]
     comm = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and is_communication(e)]
     rows = []
-    for step in (e for e in spans if e["name"] == "step"):
+    ranges = [e for e in spans if e.get("cat") == "user_annotation"]  # record_function's ranges
+    for step in (e for e in ranges if e["name"] == "step"):
         lo, hi = step["ts"], step["ts"] + step["dur"]
         inside = [e for e in spans if lo <= e["ts"] <= hi]
-        phase = {name: next(e for e in inside if e["name"] == name) for name in PHASES}
+        phase = {e["name"]: e for e in inside if e.get("cat") == "user_annotation" and e["name"] in PHASES}
         backward = phase["backward"]
         if cuda:  # the GPU's own timeline: kernels other than NCCL's were computing
             computing = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"
@@ -110,7 +116,7 @@ def step_table(events: list[dict], main_tid: int, cuda: bool) -> list[dict[str, 
         step_comm = intersection(comm, [(lo, hi)])
         overlapped = length(intersection(step_comm, computing))
         exposed = length(step_comm) - overlapped
-        busy = sum(phase[name]["dur"] for name in ("forward", "backward", "optimizer"))
+        busy = sum(phase[name]["dur"] for name in PHASES[1:] if name in phase)
         rows.append({"step": step["dur"], "data": phase["data"]["dur"], "compute": busy - exposed,
                      "exposed": exposed, "overlapped": overlapped})
     return [{key: value / 1e6 for key, value in row.items()} for row in rows]  # trace times are in us
@@ -133,7 +139,8 @@ def train_step(model, optimizer, loss_fn, batches, device: torch.device) -> None
         with record_function("optimizer"):
             optimizer.step()
         if device.type == "cuda":
-            torch.cuda.synchronize(device)  # the step's range ends when the GPU has finished
+            with record_function("synchronize"):  # the step ends when the GPU has finished
+                torch.cuda.synchronize(device)
 # --8<-- [end:step]
 
 
@@ -173,7 +180,10 @@ def main() -> None:
         args.trace.parent.mkdir(parents=True, exist_ok=True)
         profiler.export_chrome_trace(str(args.trace))
         events = json.loads(args.trace.read_text())["traceEvents"]
-        main_tid = next(e["tid"] for e in events if e.get("name") == "step" and e.get("ph") == "X")
+        # the training thread: its "step" range (on a GPU, kineto also writes "step" ranges
+        # of cat "gpu_user_annotation" on the GPU's timeline)
+        main_tid = next(e["tid"] for e in events if e.get("name") == "step" and e.get("ph") == "X"
+                        and e.get("cat") == "user_annotation")
         rows = step_table(events, main_tid, cuda)
         print(f"trace: {args.trace}", flush=True)
         print(f"{'step':>4} {'step time':>10} {'data':>10} {'compute':>10} {'comm exposed':>13} "
