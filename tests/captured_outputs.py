@@ -16,7 +16,8 @@ must the exit code. The numbers in it:
 - Integers (counts, bytes, world sizes, steps) and zeros (identical replicas differ by exactly
   0) are exact.
 - Wall-clock readings (`0.172 s`, `epoch_time=0.163s`, `10303 samples/s`) are masked: they
-  differ on every run.
+  differ on every run; so are ratios of them, printed as `...share=`, `...efficiency=` or
+  `...speedup=` (`data_wait_share=18.2%`, `weak_efficiency=0.93`).
 - Other decimals (fp32 losses, checksums, differences between two computations) may move by one
   unit of their last printed digit plus fp32's drift, 1e-6 + 1e-5 * |value| (no 1e-6 floor
   for a number printed with an exponent, 2.57e-08: its digits are significant ones). The scripts run
@@ -54,6 +55,9 @@ LOG_LINE = re.compile(r"^\[?[WIE]\d{4} |^\*{5,}|^\s*$")
 # Wall clock, masked: durations ("0.172 s", "epoch_time=0.163s") and rates ("10303 samples/s").
 SECONDS = re.compile(r"(?<![\w.])\d+(\.\d+)? ?s\b")
 RATE = re.compile(r"(?<![\w.])\d+ samples/s\b")
+# Ratios of wall-clock readings, masked with them: a value printed after a key that ends in
+# "share", "efficiency" or "speedup" ("data_wait_share=18.2%", "weak_efficiency=0.93").
+TIMED_RATIO = re.compile(r"((?:share|efficiency|speedup)=)[-+]?\d+(?:\.\d+)?%?")
 # A number as the scripts print them: 1024, -0.1829554661, 1.0784, 2.57e-08, 100.0 (of 100.0%).
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?")
 
@@ -158,7 +162,7 @@ def numbers(text: str) -> list[str]:
 
 
 def without_wall_clock(text: str) -> str:
-    return SECONDS.sub("<seconds>", RATE.sub("<rate>", text))
+    return TIMED_RATIO.sub(r"\1<ratio>", SECONDS.sub("<seconds>", RATE.sub("<rate>", text)))
 
 
 def differences(name: str, captured: str, fresh: str) -> list[str]:
