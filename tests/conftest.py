@@ -222,6 +222,7 @@ QUICK_TESTS = {
     "test_09_uneven_inputs.py::test_pitfall_hangs_until_the_timeout_and_join_finishes",
     "test_10_communication_overlap.py::test_pitfall_tiny_buckets_all_reduce_every_tensor_alone",
     "test_11_replica_consistency.py::test_pitfall_model_module_lets_the_replicas_drift_apart",
+    "test_12_scaling_and_performance.py::test_pitfall_starved_loader_waits_for_data_and_workers_feed_it",
     "test_13_debugging.py::test_hang_timeout_ends_it_and_detail_names_the_rank_that_did_not_arrive",
     "test_16_fsdp.py::test_bad_every_rank_saves_shards_not_a_model",
     "test_17_zero_and_beyond.py::test_bad_save_from_rank_0_alone_loses_the_other_shards",

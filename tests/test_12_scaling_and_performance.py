@@ -35,7 +35,8 @@ def test_pitfall_starved_loader_waits_for_data_and_workers_feed_it():
 @pytest.fixture(scope="module")
 def mpi_run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("monitor")
-    result = mpiexec("openmpi", 2, DDP, "--epochs", "3", "--steps-per-epoch", "4", "--fake-size", "64",
+    # 8 images per rank, one step an epoch: the same images (augmented anew) five times.
+    result = mpiexec("openmpi", 2, DDP, "--epochs", "5", "--fake-size", "16", "--warm-up", "1",
                      "--monitor-dir", str(directory))
     return result, directory
 
@@ -46,7 +47,7 @@ def test_trains_under_open_mpi_and_the_loss_falls(mpi_run):
     assert summary["world_size"] == "2"
     assert result.output.startswith("data=FakeData")
     losses = [float(line.split()[3]) for line in result.output.splitlines() if line.startswith("epoch ")]
-    assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert len(losses) == 5 and losses[-1] < losses[0], losses
 
 
 def test_monitor_writes_sane_host_samples_without_nvml_noise(mpi_run):
@@ -69,7 +70,7 @@ def png_size(path) -> tuple[int, int]:
 
 def test_scaling_study_plots_and_reports_efficiencies(tmp_path):
     plot = tmp_path / "scaling.png"
-    result = python(STUDY, "--ranks", "1", "2", "--batch-size", "4", "--steps-per-epoch", "4",
+    result = python(STUDY, "--ranks", "1", "2", "--batch-size", "2", "--steps-per-epoch", "3",
                     "--warm-up", "1", "--plot", str(plot), timeout=240)
     summary = result.clean_summary()
     assert summary["ranks"] == "1,2"

@@ -61,6 +61,7 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, name="monitor", daemon=True)
         self._thread.start()
 
+    # --8<-- [start:sample]
     def sample(self) -> dict[str, float]:
         """One row: seconds since start, host CPU % and memory, then per GPU."""
         memory = self.host.virtual_memory()
@@ -74,6 +75,7 @@ class Monitor:
             row[f"gpu{index}_memory_used_mib"] = _number(device.memory_used()) / 2**20
             row[f"gpu{index}_job_memory_mib"] = job / 2**20
         return row
+    # --8<-- [end:sample]
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
