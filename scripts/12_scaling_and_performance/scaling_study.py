@@ -62,11 +62,14 @@ def common(args, batch: int) -> list[str]:
 
 
 def environment(threads: int, gpu: int | None = None) -> dict[str, str]:
+    """The parent's environment without a launcher's variables, with `threads` intra-op
+    threads and, for a side-by-side copy, only its GPU visible (the job's own numbering)."""
     env = {k: v for k, v in os.environ.items()
            if not re.match(r"^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_|TORCHELASTIC_|OMPI_|PMI)", k)}
     env.update(OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        env["CUDA_VISIBLE_DEVICES"] = visible[gpu] if gpu < len(visible) and visible[gpu] else str(gpu)
     return env
 
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 #PBS -N ddp_ch12
-#PBS -l select=1:ncpus=32:ngpus=4
+#PBS -l select=1:ncpus=16:ngpus=4
 #PBS -l walltime=00:30:00
 #PBS -j oe
 # Add your site's account and queue here if it needs them:  #PBS -A ...  /  #PBS -q ...
@@ -9,7 +9,7 @@
 # per node and the nvitop monitor, then the scaling study on the first node over 1, 2, 4, ...
 # of the job's GPUs (CPU cores without GPUs), with the side-by-side ceiling. Its plot goes to
 # $PLOT (default: scaling_<job id>.png in your home directory), the monitor's CSV and plot
-# to $MONITOR_DIR (default: monitor_<job id>/ there). A CIFAR-10 copy: DATA_DIR=... .
+# to $MONITOR_DIR (default: monitor_<job id>/ next to the plot). A CIFAR-10 copy: DATA_DIR=...
 #
 # Submit from the repository root:
 #     qsub scripts/12_scaling_and_performance/torchrun_scaling.sh
@@ -25,7 +25,8 @@ source "${REPO_DIR:-${PBS_O_WORKDIR:-$PWD}}/scripts/pbs_common.sh" \
 
 data=()
 if [[ -n "${DATA_DIR:-}" ]]; then data=(--data-dir "$DATA_DIR"); fi
-monitor_dir="${MONITOR_DIR:-$HOME/monitor_${JOB_ID}}"
+plot="${PLOT:-$HOME/scaling_${JOB_ID}.png}"
+monitor_dir="${MONITOR_DIR:-$(dirname "$plot")/monitor_${JOB_ID}}"
 launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant bad --steps-per-epoch 8 "${data[@]}"
 launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant good --steps-per-epoch 8 \
     --monitor-dir "$monitor_dir" "${data[@]}"
@@ -34,4 +35,4 @@ launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant good -
 ranks=() n=1
 while (( n <= NPROC_PER_NODE )); do ranks+=("$n"); n=$(( n * 2 )); done
 python scripts/12_scaling_and_performance/scaling_study.py --ranks "${ranks[@]}" \
-    --batch-size $(( 8 * ranks[-1] )) --plot "${PLOT:-$HOME/scaling_${JOB_ID}.png}"
+    --batch-size $(( 8 * ranks[-1] )) --plot "$plot"
