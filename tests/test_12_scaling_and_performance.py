@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import socket
 import struct
 
@@ -77,5 +78,14 @@ def test_scaling_study_plots_and_reports_efficiencies(tmp_path):
     for key in ("weak_efficiency", "strong_efficiency", "ceiling_efficiency"):
         values = [float(v) for v in summary[key].split(",")]
         assert values[0] == 1.0 and all(0 < v <= 1.2 for v in values), (key, values)
+    # The formulas, from the step times the table printed: weak T1/TN, strong T1/(N*TN),
+    # the ceiling T1/T(side-by-side copies).
+    steps = {(int(n), run): float(t) for n, run, t in
+             re.findall(r"^\s+(\d+)  (\w+)\s+\d+\s+([\d.]+) s", result.output, flags=re.M)}
+    t1 = steps[1, "weak"]
+    expected = {"weak_efficiency": t1 / steps[2, "weak"], "strong_efficiency": t1 / (2 * steps[2, "strong"]),
+                "ceiling_efficiency": t1 / steps[2, "ceiling"]}
+    for key, value in expected.items():
+        assert float(summary[key].split(",")[1]) == pytest.approx(value, abs=0.011), (key, result.output)
     assert png_size(plot) == (1000, 400)
     assert f"plot: {plot}" in result.output
