@@ -48,7 +48,7 @@ outputs: $(VENV)/.installed
 	$(BIN)/python tests/captured_outputs.py
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/10_communication_overlap/bucket_sweep.py \
 		--plot docs/images/10_bucket_sweep.png
-	$(BIN)/python scripts/12_scaling_and_performance/scaling_study.py --plot docs/images/12_scaling.png
+	$(BIN)/python scripts/12_scaling_and_performance/scaling_study.py --ranks 1 2 --plot docs/images/12_scaling.png
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
