@@ -272,6 +272,7 @@ QUICK_TESTS = {
     "test_09_uneven_inputs.py::test_pitfall_hangs_until_the_timeout_and_join_finishes",
     "test_10_communication_overlap.py::test_pitfall_tiny_buckets_all_reduce_every_tensor_alone",
     "test_11_replica_consistency.py::test_pitfall_model_module_lets_the_replicas_drift_apart",
+    "test_12_scaling_and_performance.py::test_pitfall_starved_loader_waits_for_data_and_workers_feed_it",
     "test_13_debugging.py::test_hang_timeout_ends_it_and_detail_names_the_rank_that_did_not_arrive",
     "test_14_fault_tolerance.py::test_bad_save_killed_mid_write_leaves_a_file_the_restart_cannot_read",
     "test_15_torch_compile_ddp.py::test_bad_checkpoint_of_the_compiled_wrapper_does_not_load_into_a_plain_model",

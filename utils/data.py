@@ -46,7 +46,8 @@ def loader_workers(device: torch.device, local_world_size: int | None = None) ->
 # --8<-- [start:make_loader]
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, sampler: Sampler | None = None,
                 shuffle: bool = False, drop_last: bool = False, generator: torch.Generator | None = None,
-                num_workers: int | None = None, local_world_size: int | None = None) -> DataLoader:
+                num_workers: int | None = None, local_world_size: int | None = None,
+                per_sample: bool = False) -> DataLoader:
     """A DataLoader with the settings for `device`; batches in the same order as
     ``DataLoader(dataset, batch_size, sampler=..., shuffle=..., drop_last=...)``.
 
@@ -64,15 +65,18 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, samp
       generator the loader draws its workers' base seed from, each time an epoch's
       iterator starts (by default the global torch RNG: an exact resume mid-epoch must
       keep that draw out of the global RNG, chapter 14).
+    - ``per_sample=True``: a data set indexed one sample at a time (torchvision's, whose
+      transforms work on one image), batched by the loader's collate function.
     """
     on_gpu = device.type == "cuda"
     loader_generator = generator if sampler is not None else None
     if sampler is None:
         sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
     workers = loader_workers(device, local_world_size) if num_workers is None else num_workers
+    batching = (dict(batch_size=batch_size, sampler=sampler, drop_last=drop_last) if per_sample
+                else dict(batch_size=None, sampler=BatchSampler(sampler, batch_size, drop_last)))
     return DataLoader(
-        dataset, batch_size=None, sampler=BatchSampler(sampler, batch_size, drop_last),
-        num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0,
+        dataset, **batching, num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0,
         multiprocessing_context="forkserver" if workers > 0 else None, generator=loader_generator,
     )
 # --8<-- [end:make_loader]

@@ -1,0 +1,91 @@
+"""Chapter 12: ResNet-18 on FakeData under torchrun and Open MPI, the starved input pipeline
+(data wait against compute), the nvitop monitor's CSV, and the scaling study's plots."""
+
+from __future__ import annotations
+
+import csv
+import re
+import socket
+import struct
+
+import pytest
+from conftest import captured_run, mpiexec, python
+
+DDP = "12_scaling_and_performance/train_ddp.py"
+STUDY = "12_scaling_and_performance/scaling_study.py"
+
+
+def share(summary: dict[str, str]) -> float:
+    """The data-wait share of a step: seconds waiting / (waiting + computing)."""
+    wait, compute = float(summary["data_wait"].rstrip("s")), float(summary["compute"].rstrip("s"))
+    return wait / (wait + compute)
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "on 2 shared CPU cores with 2 ranks, ResNet-18 computes ~40 ms per image and the loader makes "
+    "one in ~0.6 ms: the data wait is ~1-2% of a step either way, and the good variant's loader "
+    "workers take cores from the ranks (measured: good slower). Needs spare cores or a GPU."))
+def test_pitfall_starved_loader_waits_for_data_and_workers_feed_it():
+    bad = captured_run("12_loader_bad.txt").clean_summary()  # the page's runs, under torchrun
+    good = captured_run("12_loader_good.txt").clean_summary()
+    assert bad["variant"] == "bad" and good["variant"] == "good" and bad["world_size"] == "2"
+    assert share(bad) > 2 * share(good), (bad, good)
+    assert int(good["throughput"]) > int(bad["throughput"]), (bad, good)
+
+
+@pytest.fixture(scope="module")
+def mpi_run(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("monitor")
+    # 8 images per rank, one step an epoch: the same images (augmented anew) five times.
+    result = mpiexec("openmpi", 2, DDP, "--epochs", "5", "--fake-size", "16", "--warm-up", "1",
+                     "--monitor-dir", str(directory))
+    return result, directory
+
+
+def test_trains_under_open_mpi_and_the_loss_falls(mpi_run):
+    result, _ = mpi_run
+    summary = result.clean_summary()
+    assert summary["world_size"] == "2"
+    assert result.output.startswith("data=FakeData")
+    losses = [float(line.split()[3]) for line in result.output.splitlines() if line.startswith("epoch ")]
+    assert len(losses) == 5 and losses[-1] < losses[0], losses
+
+
+def test_monitor_writes_sane_host_samples_without_nvml_noise(mpi_run):
+    result, directory = mpi_run
+    rows = list(csv.DictReader((directory / f"monitor_{socket.gethostname()}.csv").open()))
+    assert len(rows) >= 2
+    assert all(0 <= float(r["host_cpu_percent"]) <= 100 for r in rows)
+    assert all(0 < float(r["host_memory_percent"]) < 100 for r in rows)
+    assert max(float(r["host_cpu_percent"]) for r in rows) > 20  # two ranks were training
+    assert int(result.summary()["monitor_samples"]) == len(rows)
+    assert "NVML" not in result.output and "FATAL" not in result.output
+    assert png_size(directory / f"monitor_{socket.gethostname()}.png") == (700, 500)
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_scaling_study_plots_and_reports_efficiencies(tmp_path):
+    plot = tmp_path / "scaling.png"
+    result = python(STUDY, "--ranks", "1", "2", "--batch-size", "2", "--steps-per-epoch", "3",
+                    "--warm-up", "1", "--plot", str(plot), timeout=240)
+    summary = result.clean_summary()
+    assert summary["ranks"] == "1,2"
+    for key in ("weak_efficiency", "strong_efficiency", "ceiling_efficiency"):
+        values = [float(v) for v in summary[key].split(",")]
+        assert values[0] == 1.0 and all(0 < v <= 1.2 for v in values), (key, values)
+    # The formulas, from the step times the table printed: weak T1/TN, strong T1/(N*TN),
+    # the ceiling T1/T(side-by-side copies).
+    steps = {(int(n), run): float(t) for n, run, t in
+             re.findall(r"^\s+(\d+)  (\w+)\s+\d+\s+([\d.]+) s", result.output, flags=re.M)}
+    t1 = steps[1, "weak"]
+    expected = {"weak_efficiency": t1 / steps[2, "weak"], "strong_efficiency": t1 / (2 * steps[2, "strong"]),
+                "ceiling_efficiency": t1 / steps[2, "ceiling"]}
+    for key, value in expected.items():
+        assert float(summary[key].split(",")[1]) == pytest.approx(value, abs=0.011), (key, result.output)
+    assert png_size(plot) == (1000, 400)
+    assert f"plot: {plot}" in result.output
