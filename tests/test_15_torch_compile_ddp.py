@@ -7,9 +7,8 @@ The captured runs use inductor's default cache (torchinductor_$USER under tempfi
 shared by every run on this machine, warm after the first run): inductor writes its cache files
 atomically (torch 2.14: `write_atomic`), so ranks and parallel runs on one node may share it.
 Nothing asserted here depends on a warm cache: dynamo traces, splits and counts graphs, breaks
-and recompilations in every run;
-the cache saves inductor's code generation and C++ compilation only. 15_cache.txt compiles into
-a fresh cache of its own, so its first run is really cold.
+and recompilations in every run; the cache saves inductor's code generation and C++ compilation
+only. 15_cache.txt compiles into a fresh cache of its own, so its first run is really cold.
 """
 
 from __future__ import annotations
