@@ -3,12 +3,12 @@ graph breaks, recompilation of the smaller last batch and its fixes, compile tim
 steady-state step time (cold and warm inductor cache), and the checkpoint saved from the
 compiled wrapper (PyTorch's real error) against the plain model's state (loads, equal tensors).
 
-The captured runs use inductor's default cache (/tmp/torchinductor_$USER, shared by every run
-on the machine, warm after the first run): inductor writes its cache files atomically (torch
-2.14: `write_atomic`), so ranks and parallel runs may share it. Nothing asserted here depends on
-a warm cache: dynamo traces, splits and counts graphs, breaks and recompilations in every run;
-the cache saves inductor's code generation and C++ compilation only. 15_cache.txt compiles into
-a fresh cache of its own, so its first run is really cold.
+The captured runs use inductor's default cache (torchinductor_$USER under tempfile.gettempdir(),
+shared by every run on this machine, warm after the first run): inductor writes its cache files
+atomically (torch 2.14: `write_atomic`), so ranks and parallel runs on one node may share it.
+Nothing asserted here depends on a warm cache: dynamo traces, splits and counts graphs, breaks
+and recompilations in every run; the cache saves inductor's code generation and C++ compilation
+only. 15_cache.txt compiles into a fresh cache of its own, so its first run is really cold.
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ def off():
 @pytest.fixture(scope="module")
 def other_order():
     result = captured_run("15_other_order.txt")  # one process: DDP(torch.compile(model))
+    return result, result.clean_summary()
+
+
+@pytest.fixture(scope="module")
+def compile_inner():
+    result = captured_run("15_compile_inner.txt")  # one process: model.compile(); DDP(model)
     return result, result.clean_summary()
 
 
@@ -100,6 +106,16 @@ def test_other_order_carries_the_prefixes_the_other_way_round(other_order):
     assert summary["subgraphs"] == str(BUCKETS) and summary["graph_breaks"] == "0"
 
 
+def test_compile_inner_has_no_compile_wrapper_and_only_ddps_prefix(compile_inner):
+    result, summary = compile_inner
+    assert summary["order"] == "compile-inner"
+    assert "wrappers: DistributedDataParallel > MLP\n" in result.output  # no OptimizedModule
+    assert "first key 'module.layers.0.weight'" in result.output and "_orig_mod" not in result.output
+    # Split at DDP's buckets, one dynamo graph, no graph break (dynamo never sees DDP's forward).
+    assert summary["subgraphs"] == str(BUCKETS) and summary["graphs"] == "1"
+    assert summary["graph_breaks"] == "0"
+
+
 def test_good_checkpoint_loads_into_a_plain_model_with_equal_tensors(good):
     result, summary = good
     assert summary["variant"] == "good" and summary["world_size"] == "2"
@@ -134,8 +150,10 @@ def test_ddp_optimizer_compiles_one_subgraph_per_bucket_and_off_compiles_one(bad
     assert on["buckets"] == off_summary["buckets"] == str(BUCKETS)
     assert on["optimize_ddp"] == "on" and on["subgraphs"] == str(BUCKETS)
     assert off_summary["optimize_ddp"] == "off" and off_summary["subgraphs"] == "1"
+    # Dynamo's own count of the graphs it traced in step 1 (the model's forward), before the split.
+    assert on["graphs"] == off_summary["graphs"] == "1"
     for result in (on_result, off_result):
-        assert "dynamo graphs of the model: 1 traced" in result.output
+        assert "dynamo graphs in step 1: 1 traced, compiled as " in result.output
 
 
 def test_graph_breaks_are_in_ddps_forward_not_in_the_model(bad, good):
@@ -153,7 +171,7 @@ def test_bucket_cap_below_the_first_bucket_is_refused_with_advice():
 
     result = python(SCRIPT, "--bucket-cap-mb", "0.5", timeout=60)
     assert result.returncode == 2
-    assert "--bucket-cap-mb 0.5 is below DDP's first bucket (1 MiB)" in result.output
+    assert "--bucket-cap-mb 0.5 is below DDPOptimizer's first bucket (1 MiB)" in result.output
     assert "set --bucket-cap-mb 1 or more, or --optimize-ddp off" in result.output
 
 
@@ -179,10 +197,11 @@ def test_smaller_last_batch_recompiles_and_mark_dynamic_or_drop_last_do_not(bad,
 # --------------------------------------------------------------------------- time
 def test_compile_time_is_many_steady_steps_and_a_warm_cache_cuts_it(bad, good, off, cache):
     for summary in (bad[1], good[1], off[1], cache[1], cache[2]):
-        assert seconds(summary["compile_s"]) > 20 * seconds(summary["step_s"]), summary
+        assert seconds(summary["step1_s"]) > 20 * seconds(summary["step_s"]), summary
     _, cold, warm = cache
-    assert seconds(warm["compile_s"]) < seconds(cold["compile_s"]), (cold, warm)
+    assert seconds(warm["step1_s"]) < seconds(cold["step1_s"]), (cold, warm)
     # Every rank compiles: each reports its own compile time.
     per_rank = re.search(r"compile time per rank in step 1 \(dynamo's own timers\): (\S+) s, (\S+) s",
                          bad[0].output)
-    assert per_rank and all(float(s) > 0 for s in per_rank.groups())
+    # Compiling is part of step 1: each rank's timer is within step 1's wall time (rounding aside).
+    assert per_rank and all(0 < float(s) <= seconds(bad[1]["step1_s"]) + 0.01 for s in per_rank.groups())

@@ -129,6 +129,8 @@ CASES: list[tuple[str, tuple[str, ...], Callable[[Result], None]]] = [
      ok("subgraphs=5", "recompiles=0", "plain_load=ok tensors_equal=yes")),
     ("15_torch_compile_ddp/compile_ddp.py", ("--optimize-ddp", "off", "--checkpoint-dir", "/tmp/ch15_gpu"),
      ok("subgraphs=1")),
+    ("15_torch_compile_ddp/compile_ddp.py", ("--order", "compile-inner", "--checkpoint-dir", "/tmp/ch15_gpu"),
+     ok("subgraphs=5", "graph_breaks=0", "graphs=1 step1_s=", "plain_load=ok")),
     ("13_multinode_and_hpc/hang_debugging.py", ("--variant", "good"), ok("outcome=completed")),
     ("13_multinode_and_hpc/hang_debugging.py", ("--variant", "bad", "--fault", "hang"),
      fails("outcome=timeout")),

@@ -103,7 +103,7 @@ EXPECTED_IN_JOB_OUTPUT = {
                              "optimize_ddp=on last_batch=ragged buckets=5 subgraphs=5", "recompiles=2",
                              "plain_load=failed",
                              "variant=good world_size=2", "last_batch=dynamic buckets=5 subgraphs=5",
-                             "recompiles=0", "plain_load=ok tensors_equal=yes"],
+                             "recompiles=0", "graphs=1 step1_s=", "plain_load=ok tensors_equal=yes"],
     "16_fsdp": ["precision=fp32 params=135236 ddp_bytes=2163776 fsdp2_bytes=1081888", "losses_match=yes",
                 "variant=bad launcher=torchrun world_size=2", "rank_file_load=failed",
                 "export_bytes_per_rank=540944,540944", "variant=good launcher=torchrun world_size=2",

@@ -1,13 +1,14 @@
 """Chapter 15: torch.compile with DDP: the order, the graphs, the cost, the checkpoint.
 
-Wraps a small model in DDP, then compiles the wrapper (in that order: DDP's graph
-splitter, DDPOptimizer, needs to see DDP), trains a few epochs and prints what the
-compiler did: dynamo's graphs, the subgraphs DDPOptimizer cut at DDP's bucket boundaries,
+Wraps a small model in DDP, then compiles the wrapper (the order of PyTorch's DDP notes;
+--order runs the other two), trains a few epochs and prints what the
+compiler did: dynamo's graphs, the subgraphs DDPOptimizer cut at its estimate of DDP's buckets,
 the graph breaks, the recompilations, the compile time against the steady-state step
 time, and whether the checkpoint it saved loads into a plain, uncompiled model.
 
 Run it (the first run compiles C++ kernels and is slow on a CPU; later runs reuse
-inductor's cache, /tmp/torchinductor_$USER unless TORCHINDUCTOR_CACHE_DIR says otherwise):
+inductor's cache, torchinductor_$USER under $TMPDIR (or /tmp) unless TORCHINDUCTOR_CACHE_DIR
+says otherwise):
     python scripts/15_torch_compile_ddp/compile_ddp.py                              # 1 process
     torchrun --standalone --nproc_per_node=2 scripts/15_torch_compile_ddp/compile_ddp.py
     torchrun --standalone --nproc_per_node=2 scripts/15_torch_compile_ddp/compile_ddp.py --variant bad
@@ -60,7 +61,7 @@ def parse_args():
                         "several 1 MiB buckets (default: %(default)s)")
     parser.add_argument("--bucket-cap-mb", type=float, default=1.0, metavar="MIB",
                         help="DDP's bucket cap, which DDPOptimizer splits the graph by; at least "
-                        "1, DDP's first bucket (default: %(default)s)")
+                        "1, DDPOptimizer's first bucket (default: %(default)s)")
     parser.add_argument("--optimize-ddp", choices=["on", "off"], default="on",
                         help="torch._dynamo.config.optimize_ddp: on splits the graph at DDP's "
                         "buckets (DDPOptimizer), off compiles one graph (default: %(default)s)")
@@ -68,10 +69,11 @@ def parse_args():
                         help="the smaller last batch of an epoch: ragged keeps it (a new shape, a "
                         "recompilation), drop drops it (drop_last=True), dynamic marks the batch "
                         "dimension dynamic (mark_dynamic) (default: %(default)s)")
-    parser.add_argument("--order", choices=["ddp-then-compile", "compile-then-ddp"],
+    parser.add_argument("--order", choices=["ddp-then-compile", "compile-then-ddp", "compile-inner"],
                         default="ddp-then-compile",
-                        help="torch.compile(DDP(model)), as PyTorch recommends, or "
-                        "DDP(torch.compile(model)) (default: %(default)s)")
+                        help="torch.compile(DDP(model)) (PyTorch's DDP notes), "
+                        "DDP(torch.compile(model)), or model.compile() then DDP(model) (PyTorch's "
+                        "'Where to apply torch.compile?' page) (default: %(default)s)")
     parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints"),
                         help="where the checkpoint goes (default: %(default)s)")
     add_variant_arg(parser, bad="saves the compiled wrapper's state_dict (_orig_mod.module. keys)",
@@ -79,8 +81,8 @@ def parse_args():
     args = parser.parse_args()
     first_bucket_mb = dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20
     if args.optimize_ddp == "on" and args.bucket_cap_mb < first_bucket_mb:
-        # DDPOptimizer asserts that the first bucket (1 MiB) is not larger than the others.
-        parser.error(f"--bucket-cap-mb {args.bucket_cap_mb:g} is below DDP's first bucket "
+        # DDPOptimizer's first bucket is always 1 MiB; it asserts that it is not larger than the others.
+        parser.error(f"--bucket-cap-mb {args.bucket_cap_mb:g} is below DDPOptimizer's first bucket "
                      f"({first_bucket_mb:g} MiB), which DDPOptimizer does not accept: set "
                      f"--bucket-cap-mb {first_bucket_mb:g} or more, or --optimize-ddp off")
     return args
@@ -148,7 +150,7 @@ def main() -> None:
     loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler,
                          drop_last=args.last_batch == "drop")
 
-    # 3. The order: DDP first, then compile the DDP wrapper.
+    # 3. The order: DDP first, then compile the DDP wrapper (--order: the two other ways).
     torch.manual_seed(args.seed)
     model = MLP(args.width).to(ctx.device)
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -157,17 +159,24 @@ def main() -> None:
         ddp = DDP(model, device_ids=device_ids, bucket_cap_mb=args.bucket_cap_mb)
         compiled = torch.compile(ddp)  # compiles at the first call; DDPOptimizer sees DDP's buckets
         # --8<-- [end:order]
-    else:
+    elif args.order == "compile-then-ddp":
         # --8<-- [start:other_order]
         # The other order: DDP's forward() runs eagerly and calls the compiled model.
         compiled = ddp = DDP(torch.compile(model), device_ids=device_ids, bucket_cap_mb=args.bucket_cap_mb)
         # --8<-- [end:other_order]
+    else:
+        # --8<-- [start:compile_inner]
+        # nn.Module.compile(): the model compiles its own forward in place; no wrapper, no prefix.
+        model.compile()
+        compiled = ddp = DDP(model, device_ids=device_ids, bucket_cap_mb=args.bucket_cap_mb)
+        # --8<-- [end:compile_inner]
     all_reduces = AllReduceCounter()
     ddp.register_comm_hook(all_reduces, counting_allreduce_hook)  # counts DDP's buckets
     optimizer = torch.optim.SGD(compiled.parameters(), lr=args.lr, momentum=0.9)
     inner = compiled._orig_mod if args.order == "ddp-then-compile" else compiled.module
-    print0(f"wrappers: {type(compiled).__name__} > {type(inner).__name__} > "
-           f"{type(unwrap_model(compiled)).__name__}")
+    wrappers = [compiled, inner, unwrap_model(compiled)]
+    print0("wrappers: " + " > ".join(type(m).__name__ for i, m in enumerate(wrappers)
+                                     if i == 0 or m is not wrappers[i - 1]))
 
     # 4. Train; time every step (step 1 compiles) and note each recompilation.
     step_seconds, steps_recompiled, step = [], [], 0
@@ -191,13 +200,15 @@ def main() -> None:
                     print0(f"step {step} (batch of {len(inputs)}) recompiled: {reason}")
             if step == 1:  # what compiling cost (later recompilations are not counted here)
                 subgraphs_at_first_step = counters["aot_autograd"]["total"]
+                graphs_at_first_step = counters["stats"]["unique_graphs"]  # dynamo's, before splitting
                 compile_seconds_step_1 = compile_time()
 
     # 5. What the compiler did (rank 0's counters; every rank compiles the same graphs).
     graph_breaks = counters["graph_break"]
     print0(f"DDP buckets: {len(all_reduces.buckets)} ("
            f"{sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20:.1f} MiB of parameters)")
-    print0(f"dynamo graphs of the model: 1 traced, compiled as {subgraphs_at_first_step} subgraph(s)")
+    print0(f"dynamo graphs in step 1: {graphs_at_first_step} traced, compiled as "
+           f"{subgraphs_at_first_step} subgraph(s)")
     print0(f"graph breaks: {sum(graph_breaks.values())}")
     for reason in sorted(graph_breaks):
         where = re.search(r"(function|method) `([^`]+)`( of class `[^`]+`)?", reason)
@@ -259,9 +270,9 @@ def main() -> None:
            f"buckets={len(all_reduces.buckets)} subgraphs={subgraphs_at_first_step} "
            f"graph_breaks={sum(graph_breaks.values())} model_graph_breaks={explained.graph_break_count} "
            f"steps={step} recompiles={len(recompiles.reasons)} "
-           f"compile_s={step_seconds[0]:.2f}s step_s={steady_step:.4f}s "
+           f"graphs={graphs_at_first_step} step1_s={step_seconds[0]:.2f}s step_s={steady_step:.4f}s "
            f"plain_load={plain_load} tensors_equal={equal}")
-    del compiled, ddp, inner, optimizer
+    del compiled, ddp, inner, wrappers, optimizer
     torch._dynamo.reset()  # dynamo's caches hold the DDP wrapper, which holds the process group
     cleanup_distributed()
 

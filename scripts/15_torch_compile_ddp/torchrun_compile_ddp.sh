@@ -13,8 +13,10 @@
 # Submit from the repository root (more nodes: -l select=2:ncpus=16:ngpus=4):
 #     qsub scripts/15_torch_compile_ddp/torchrun_compile_ddp.sh
 # Every rank compiles. Inductor caches what it compiled in TORCHINDUCTOR_CACHE_DIR (default
-# /tmp/torchinductor_$USER, per node): a directory on a shared file system lets later jobs
-# start warm (qsub -v TORCHINDUCTOR_CACHE_DIR=/scratch/$USER/inductor_cache).
+# torchinductor_$USER under $TMPDIR, or /tmp): where PBS gives each job its own TMPDIR, every
+# job starts cold. A directory that outlives the job lets later jobs start warm (qsub -v
+# TORCHINDUCTOR_CACHE_DIR=/scratch/$USER/inductor_cache); on a file system shared by several
+# nodes that is as safe as its rename and flock support.
 # Checkpoints go to CHECKPOINT_DIR (qsub -v CHECKPOINT_DIR=/scratch/$USER/ch15).
 # Without PBS, on one machine (CPU or GPUs), the same script:
 #     echo localhost > /tmp/nodes
