@@ -52,7 +52,7 @@ outputs: $(VENV)/.installed
 		--plot docs/images/12_comm_bench.png
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/lr_scaling.py \
 		--plot docs/images/12_lr_scaling.png
-	$(BIN)/python scripts/12_scaling_and_performance/scaling_study.py --ranks 1 2 --plot docs/images/12_scaling.png
+	$(BIN)/python scripts/12_scaling_and_performance/scaling_study.py --ranks 1 2 --threads 1 --plot docs/images/12_scaling.png
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)

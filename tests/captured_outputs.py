@@ -56,8 +56,8 @@ LOG_LINE = re.compile(r"^\[?[WIE]\d{4} |^\*{5,}|^\s*$")
 SECONDS = re.compile(r"(?<![\w.])\d+(\.\d+)? ?s\b")
 RATE = re.compile(r"(?<![\w.])\d+ samples/s\b")
 # Ratios of wall-clock readings, masked with them: a value printed after a key that ends in
-# "share", "efficiency" or "speedup" ("data_wait_share=18.2%", "weak_efficiency=0.93").
-TIMED_RATIO = re.compile(r"((?:share|efficiency|speedup)=)[-+]?\d+(?:\.\d+)?%?")
+# "share", "efficiency" or "speedup" ("data_wait_share=18.2%", "weak_efficiency=1.00,0.93").
+TIMED_RATIO = re.compile(r"((?:share|efficiency|speedup)=)[-+]?\d+(?:\.\d+)?%?(?:,[-+]?\d+(?:\.\d+)?%?)*")
 # A number as the scripts print them: 1024, -0.1829554661, 1.0784, 2.57e-08, 100.0 (of 100.0%).
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?")
 

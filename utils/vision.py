@@ -7,11 +7,13 @@
   copy (``--data-dir``; ``download=True`` fetches it, for a login node with a network), or,
   without one, ``torchvision.datasets.FakeData`` with the same shapes, classes and
   transforms, so every chapter runs on a machine without a network. The description it
-  returns says which, for the script's first line.
+  returns says which, for the script's first line. ``read_latency_ms`` makes every image
+  wait like a read from a network file system (``SlowReads``).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -46,8 +48,26 @@ def cifar10_transforms(train: bool):
     return transforms.Compose([*augment, transforms.ToTensor(), normalize])
 
 
+class SlowReads(Dataset):
+    """A data set whose every item first waits ``latency_s``: the read of one image file
+    from a network or parallel file system (NFS, Lustre, GPFS), an I/O wait that takes no
+    CPU. The process that indexes the data set waits it: the training process itself
+    without loader workers, a worker (while the ranks compute) with them."""
+
+    def __init__(self, dataset: Dataset, latency_s: float) -> None:
+        self.dataset, self.latency_s = dataset, latency_s
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        time.sleep(self.latency_s)
+        return self.dataset[index]
+
+
 def cifar10_or_fake(data_dir: str | Path | None, *, train: bool = True, download: bool = False,
-                    fake_size: int = CIFAR10_TRAIN_SIZE, seed: int = 0) -> tuple[Dataset, str]:
+                    fake_size: int = CIFAR10_TRAIN_SIZE, seed: int = 0,
+                    read_latency_ms: float = 0) -> tuple[Dataset, str]:
     """(data set, description): CIFAR-10 from ``data_dir``, else FakeData of the same shape.
 
     FakeData draws each image and label from a generator seeded with its index (plus
@@ -58,11 +78,16 @@ def cifar10_or_fake(data_dir: str | Path | None, *, train: bool = True, download
     transform = cifar10_transforms(train)
     if data_dir is not None:
         dataset = datasets.CIFAR10(str(data_dir), train=train, download=download, transform=transform)
-        return dataset, f"data=CIFAR-10 ({len(dataset)} images from {data_dir})"
-    dataset = datasets.FakeData(size=fake_size, image_size=(3, 32, 32), num_classes=10,
-                                transform=transform, random_offset=seed)
-    return dataset, (f"data=FakeData ({fake_size} random 32x32 images, 10 classes; "
-                     "pass --data-dir with a CIFAR-10 copy for the real data set)")
+        about = f"data=CIFAR-10 ({len(dataset)} images from {data_dir})"
+    else:
+        dataset = datasets.FakeData(size=fake_size, image_size=(3, 32, 32), num_classes=10,
+                                    transform=transform, random_offset=seed)
+        about = (f"data=FakeData ({fake_size} random 32x32 images, 10 classes; "
+                 "pass --data-dir with a CIFAR-10 copy for the real data set)")
+    if read_latency_ms > 0:
+        dataset = SlowReads(dataset, read_latency_ms / 1000)
+        about += f"; every image read waits {read_latency_ms:g} ms (--read-latency-ms)"
+    return dataset, about
 
 
 def add_workload_args(parser):
@@ -75,6 +100,9 @@ def add_workload_args(parser):
                         help="stop each epoch after this many steps (default: the whole epoch)")
     parser.add_argument("--warm-up", type=int, default=2,
                         help="steps left out of the timings (default: %(default)s)")
+    parser.add_argument("--read-latency-ms", type=float, default=0, metavar="MS",
+                        help="wait this long before each image, as a read from a network file system "
+                             "would (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=None,
                         help="loader workers per rank with --variant good (default: 1 on a CPU, "
                              "up to 4 per GPU within the CPUs: utils/data.py loader_workers)")

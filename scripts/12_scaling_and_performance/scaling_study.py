@@ -42,6 +42,8 @@ def parse_args():
                              "strong-scaling runs (default: %(default)s)")
     parser.add_argument("--steps-per-epoch", type=int, default=8, help="steps per run (default: %(default)s)")
     parser.add_argument("--warm-up", type=int, default=2, help="steps left out (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra-op threads per process on a CPU (default: the cores over the largest N)")
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG", help="write the plots here")
     args = parser.parse_args()
     if args.ranks[0] != 1 or sorted(set(args.ranks)) != args.ranks:
@@ -136,7 +138,7 @@ def plot(path: Path, ranks: list[int], rows: dict, title: str) -> None:
 def main() -> None:
     args = parse_args()
     on_gpu = torch.cuda.is_available()
-    threads = 1 if on_gpu else max(1, len(os.sched_getaffinity(0)) // args.ranks[-1])
+    threads = 1 if on_gpu else args.threads or max(1, len(os.sched_getaffinity(0)) // args.ranks[-1])
     print(f"scaling study: ranks {args.ranks}, batch {args.batch_size}, {args.steps_per_epoch} steps "
           f"({args.warm_up} warm-up) per run, on {'GPUs' if on_gpu else 'CPU cores'}, "
           f"{threads} thread(s) per process", flush=True)
@@ -167,7 +169,7 @@ def main() -> None:
     fmt = lambda values: ",".join(f"{v:.2f}" for v in values)  # noqa: E731
     print(f"summary: ranks={','.join(map(str, args.ranks))} weak_efficiency={fmt(rows['weak_eff'])} "
           f"strong_efficiency={fmt(rows['strong_eff'])} ceiling_efficiency={fmt(rows['ceiling_eff'])} "
-          f"weak_vs_ceiling={fmt(vs_ceiling)}", flush=True)
+          f"weak_vs_ceiling_efficiency={fmt(vs_ceiling)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ def main() -> None:
     device, world_size, rank = ctx.device, ctx.world_size, ctx.rank
     torch.manual_seed(args.seed)
     # 2. The data, and the loader of --variant.
-    dataset, about = cifar10_or_fake(args.data_dir, download=args.download, fake_size=args.fake_size)
+    dataset, about = cifar10_or_fake(args.data_dir, download=args.download, fake_size=args.fake_size,
+                                     read_latency_ms=args.read_latency_ms)
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=args.seed)
     loader = image_loader(dataset, args.batch_size, device, args.variant, sampler, args.workers,
                           ctx.local_world_size)
@@ -90,7 +91,8 @@ def main() -> None:
         print0(f"epoch {epoch}: loss {loss:.4f} (rank 0)")
     # 5. Report: time per step waiting for data and computing, and images per second.
     wait, compute, steps = average_over_ranks(times.totals(), device)
-    per_step = f"data_wait={wait / steps:.4f}s compute={compute / steps:.4f}s"
+    per_step = (f"data_wait={wait / steps:.4f}s compute={compute / steps:.4f}s "
+                f"data_wait_share={100 * wait / (wait + compute):.1f}%")
     rate = world_size * args.batch_size * steps / (wait + compute)
     extra = f" {monitor.stop()}" if monitor else ""
     if device.type == "cuda":

@@ -51,7 +51,8 @@ def main() -> None:
     world_size, rank = 1, 0
     torch.manual_seed(args.seed)
     # 2. The data, and the loader of --variant.
-    dataset, about = cifar10_or_fake(args.data_dir, download=args.download, fake_size=args.fake_size)
+    dataset, about = cifar10_or_fake(args.data_dir, download=args.download, fake_size=args.fake_size,
+                                     read_latency_ms=args.read_latency_ms)
     sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(args.seed))
     loader = image_loader(dataset, args.batch_size, device, args.variant, sampler, args.workers)
     print(f"{about}; world_size={world_size} device={device.type} variant={args.variant}", flush=True)
