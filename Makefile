@@ -44,7 +44,7 @@ docs: $(VENV)/.dev-installed
 serve: $(VENV)/.dev-installed
 	$(BIN)/mkdocs serve
 
-outputs: $(VENV)/.installed
+outputs: $(VENV)/.dev-installed
 	$(BIN)/python tests/captured_outputs.py
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/10_communication_overlap/bucket_sweep.py \
 		--plot docs/images/10_bucket_sweep.png
@@ -53,6 +53,8 @@ outputs: $(VENV)/.installed
 	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/lr_scaling.py \
 		--plot docs/images/12_lr_scaling.png
 	$(BIN)/python scripts/12_scaling_and_performance/scaling_study.py --ranks 1 2 --threads 1 --plot docs/images/12_scaling.png
+	# chapter 14's elastic run on two simulated nodes (needs root: network namespaces)
+	RECORD_OUTPUTS=1 $(BIN)/python -m pytest tests/test_14_fault_tolerance.py -k elastic_a_node_leaves
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)

@@ -19,129 +19,33 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
-import threading
-import time
-import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree, mpi_env, parse_summary, run
+from conftest import REPO, clean_env, mpi_env, parse_summary, run
+from simulated_nodes import (
+    INTERFACE,
+    JOB_TIMEOUT_S,
+    NODE_ADDRESSES,
+    Background,
+    ip,
+    kill_leftovers,  # noqa: F401 - an autouse fixture: it acts by being imported here
+    node_env,
+    two_network_namespaces,
+)
 
 from utils.distributed import job_port, launch_port
 
 FIXED_PORT_JOB = REPO / "scripts" / "13_multinode_and_hpc" / "fixed_port.py"
 TORCHRUN_NODE = REPO / "scripts" / "13_multinode_and_hpc" / "torchrun_node.sh"
-NODE_ADDRESSES = ("10.213.0.1", "10.213.0.2")
-INTERFACE = "ddp0"
-JOB_TIMEOUT_S = 150  # generous: the machine is shared; a hang still ends
-
-
-# --------------------------------------------------------------------------- helpers
-class Background:
-    """A command started now and left running, its output collected line by line;
-    the whole process group is killed if it outlives its timeout or the test."""
-
-    running: list[Background] = []
-
-    def __init__(self, cmd: list, env: dict[str, str], timeout: float = JOB_TIMEOUT_S) -> None:
-        self.cmd, self.timeout, self.lines = cmd, timeout, []
-        self.proc = subprocess.Popen(
-            [str(c) for c in cmd], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.started = time.monotonic()
-        Background.running.append(self)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def wait_for(self, text: str, timeout: float = 90) -> None:
-        """Block until a line contains ``text``; fail if the command ends or time runs out."""
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"never printed {text!r}: {' '.join(map(str, self.cmd))}\n{''.join(self.lines)}")
-            time.sleep(0.1)
-
-    def finish(self) -> Result:
-        try:
-            self.proc.wait(timeout=max(1.0, self.timeout - (time.monotonic() - self.started)))
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"timed out (a hang?): {' '.join(map(str, self.cmd))}\n{''.join(self.lines)}")
-        self._reader.join(timeout=10)
-        output = "".join(self.lines)
-        for sign in TEARDOWN_FAILURES:
-            assert sign not in output, f"teardown problem ({sign!r}):\n{output}"
-        return Result(self.proc.returncode, output, time.monotonic() - self.started)
-
-    def kill(self) -> None:
-        kill_tree(self.proc.pid)
-        self.proc.wait()
-
-
-@pytest.fixture(autouse=True)
-def kill_leftovers():
-    """Whatever a test left running (it failed half-way) is killed when it ends."""
-    before = set(Background.running)
-    yield
-    for job in set(Background.running) - before:
-        job.kill()
 
 
 # --------------------------------------------------------------------------- two nodes
-def _ip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-
-
 @pytest.fixture
 def two_nodes():
-    """Two network namespaces joined by a veth pair: the namespaces' names, node 0's first.
-
-    Removed at the end whatever happened (removing a namespace removes its veth end)."""
-    if shutil.which("ip") is None:
-        reason = "the `ip` command (iproute2) is missing: cannot simulate two nodes"
-    else:
-        probe = _ip("netns", "add", f"ddp13-probe-{uuid.uuid4().hex[:8]}")
-        reason = None if probe.returncode == 0 else (
-            f"`ip netns add` is not permitted here ({probe.stderr.strip()}): two simulated nodes "
-            "need root (or CAP_SYS_ADMIN and CAP_NET_ADMIN)")
-        if probe.returncode == 0:
-            _ip("netns", "delete", probe.args[-1])
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-    tag = uuid.uuid4().hex[:8]  # unique per run: helpers and CI jobs may run side by side
-    names = [f"ddp13-{tag}-node{i}" for i in range(2)]
-    try:
-        for name in names:
-            assert _ip("netns", "add", name).returncode == 0, name
-        # Each end is created inside its namespace: the same name on both, no clash outside.
-        made = _ip("link", "add", INTERFACE, "netns", names[0], "type", "veth",
-                   "peer", "name", INTERFACE, "netns", names[1])
-        assert made.returncode == 0, made.stderr
-        for name, address in zip(names, NODE_ADDRESSES, strict=True):
-            for args in (("addr", "add", f"{address}/24", "dev", INTERFACE),
-                         ("link", "set", INTERFACE, "up"), ("link", "set", "lo", "up")):
-                done = _ip("-n", name, *args)
-                assert done.returncode == 0, (name, args, done.stderr)
+    with two_network_namespaces() as names:
         yield names
-    finally:
-        for name in names:
-            _ip("netns", "delete", name)
-
-
-def node_env(job_id: str, address: str) -> dict[str, str]:
-    return clean_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                     PBS_JOBID=job_id, GLOO_SOCKET_IFNAME=INTERFACE, LOCAL_ADDR=address,
-                     NPROC_PER_NODE="2")
 
 
 def test_two_nodes_train_together_with_torchrun_c10d(two_nodes):
@@ -150,7 +54,7 @@ def test_two_nodes_train_together_with_torchrun_c10d(two_nodes):
     job_id = f"{os.getpid()}.pbs"
     rendezvous = NODE_ADDRESSES[0]  # no port: derived from the job id
     nodes = [Background(["ip", "netns", "exec", ns, "bash", TORCHRUN_NODE, "2", rendezvous, FIXED_PORT_JOB],
-                        env=node_env(job_id, address))
+                        env=node_env(address, PBS_JOBID=job_id, NPROC_PER_NODE="2"))
              for ns, address in zip(reversed(two_nodes), reversed(NODE_ADDRESSES), strict=True)]
     node1, node0 = (node.finish() for node in nodes)
     assert node0.returncode == 0, node0.output
@@ -355,12 +259,12 @@ def cray_nodes(two_nodes):
     """The two nodes, each with its own host name (a UTS namespace, set per command) and the
     same hosts file (`ip netns exec` mounts /etc/netns/NAME/hosts over /etc/hosts): the node
     file's names on the veth network, the short names on a second, "management" network."""
-    made = _ip("link", "add", "mgmt0", "netns", two_nodes[0], "type", "veth",
+    made = ip("link", "add", "mgmt0", "netns", two_nodes[0], "type", "veth",
                "peer", "name", "mgmt0", "netns", two_nodes[1])
     assert made.returncode == 0, made.stderr
     for name, address in zip(two_nodes, MANAGEMENT_ADDRESSES, strict=True):
         for args in (("addr", "add", f"{address}/24", "dev", "mgmt0"), ("link", "set", "mgmt0", "up")):
-            done = _ip("-n", name, *args)
+            done = ip("-n", name, *args)
             assert done.returncode == 0, (name, args, done.stderr)
     hosts = "127.0.0.1 localhost\n" + "".join(
         f"{hsn_address} {hsn}\n{management} {short}\n"

@@ -3,6 +3,7 @@ preemption at a step every rank agrees on, under torchrun, MPI and a real Slurm.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -12,12 +13,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import captured_run, mpiexec, parse_summary
+from captured_outputs import LOG_LINE
+from conftest import REPO, VENV_BIN, captured_run, mpiexec, parse_summary, script
+from simulated_nodes import (
+    NODE_ADDRESSES,
+    Background,
+    kill_leftovers,  # noqa: F401 - an autouse fixture: it acts by being imported here
+    node_env,
+    two_network_namespaces,
+)
 from slurm_cluster import shared_cluster
 
 SCRIPT = "14_fault_tolerance/train_resilient.py"
 JOB_SCRIPT = "scripts/14_fault_tolerance/slurm_preemptible.sh"
 TOTAL_STEPS = 48  # 3 epochs of 256 samples per rank, batches of 16
+ELASTIC_RECORDED = REPO / "docs" / "outputs" / "recorded" / "14_elastic_node0.txt"
 ZIP_ERROR = "PytorchStreamReader failed reading zip archive: failed finding central directory"
 
 
@@ -173,3 +183,143 @@ def test_dies_mid_write_kills_its_process_at_the_byte_count(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
     assert (tmp_path / "x.pt").stat().st_size == 5000
+
+
+# --------------------------------------------------------------------------- elastic membership
+@pytest.fixture
+def two_nodes():
+    with two_network_namespaces() as names:
+        yield names
+
+
+# 384 samples, global batches of 32: 12 steps per epoch, 36 in 3 epochs; node 1 is lost after
+# step 6 (the last checkpoint: step 4), and has until step 36 (0.5 s per step) to come back.
+ELASTIC_STEPS = 36
+# The command the page shows, run on each node; the test adds the simulated node's address.
+ELASTIC_PAGE_COMMAND = (
+    "torchrun", "--nnodes=1:2", "--nproc_per_node=1", "--max-restarts=3", "--rdzv-backend=c10d",
+    "--rdzv-endpoint=node0:29400", "--rdzv-id=ch14", "--rdzv-conf=last_call_timeout=5",
+    f"scripts/{SCRIPT}", "--checkpoint-dir", "/shared/ch14_elastic", "--global-batch-size", "32",
+    "--num-samples", "384", "--lose-node-at-step", "6", "--sleep-per-step", "0.5")
+
+
+def elastic_node(namespace: str, address: str, checkpoints: Path) -> Background:
+    """The page's torchrun command on one simulated node: 1 to 2 nodes of one rank each.
+    is_host says which node starts the rendezvous store (the nodes share a host name here,
+    so torchrun cannot tell by name), --local-addr how the other node reaches this one."""
+    is_host = "true" if address == NODE_ADDRESSES[0] else "false"
+    torchrun, *args = (part.replace("node0", NODE_ADDRESSES[0]) for part in ELASTIC_PAGE_COMMAND)
+    args = [arg.replace("last_call_timeout=5", f"last_call_timeout=5,is_host={is_host}") for arg in args]
+    args[args.index("/shared/ch14_elastic")] = str(checkpoints)
+    cmd = ["ip", "netns", "exec", namespace, VENV_BIN / torchrun, f"--local-addr={address}", *args]
+    return Background(cmd, env=node_env(address, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"), timeout=240)
+
+
+def test_elastic_a_node_leaves_and_one_joins_the_group_re_forms_and_trains_on(two_nodes, tmp_path):
+    """Two simulated nodes, one rank each, torchrun --nnodes=1:2. Node 1 is lost after step 6
+    (its torchrun and rank SIGKILLed): node 0's rank fails at its next collective, its
+    torchrun restarts it, the rendezvous drops the dead node and completes with node 0 alone
+    (world size 1), which resumes from the checkpoint of step 4. Then node 1 comes back: node
+    0's torchrun sees a node waiting, stops its rank with SIGTERM (which saves at the step
+    boundary, as a preemption does) and the group re-forms with world size 2 from there."""
+    node0 = elastic_node(two_nodes[0], NODE_ADDRESSES[0], tmp_path)
+    node1 = elastic_node(two_nodes[1], NODE_ADDRESSES[1], tmp_path)
+    node1.wait_for("its node is lost after step 6", timeout=120)
+    lost = node1.finish()
+    node0.wait_for("world size 2 -> 1 since the checkpoint", timeout=120)
+    rejoined = elastic_node(two_nodes[1], NODE_ADDRESSES[1], tmp_path)
+    result, rejoined = node0.finish(), rejoined.finish()
+    assert lost.returncode == -signal.SIGKILL, lost.output  # torchrun itself was killed
+    assert result.returncode == 0, result.output
+    assert rejoined.returncode == 0, rejoined.output
+    assert "summary:" not in rejoined.output, "rank 0 of every group is on node 0 (its address sorts first)"
+    node0_output = page_lines(result.output)
+    check_elastic_run(node0_output)
+    if os.environ.get("RECORD_OUTPUTS"):  # make outputs: the page shows this run
+        ELASTIC_RECORDED.write_text(f"$ {' '.join(ELASTIC_PAGE_COMMAND)}  # on each node\n{node0_output}\n")
+
+
+def test_the_elastic_output_on_the_page_shows_what_the_test_checks():
+    """The page shows node 0's output of one run of the test above (recorded with
+    RECORD_OUTPUTS=1): it must pass the same checks as a fresh run."""
+    command, output = ELASTIC_RECORDED.read_text().partition("\n")[::2]
+    assert command.startswith("$ torchrun --nnodes=1:2")
+    check_elastic_run(output)
+
+
+def page_lines(output: str) -> str:
+    """Node 0's output as the page shows it: torchrun's log lines dropped (as in every
+    captured output), the traceback's frames too (its last line says what failed)."""
+    frames = re.compile(r"^\[rank\d+\]:(\s{2,}| *[~^]+$)")
+    return "\n".join(line for line in output.splitlines()
+                     if not LOG_LINE.match(line) and not frames.match(line))
+
+
+def check_elastic_run(output: str) -> None:
+    """What the page says of the elastic run, checked on node 0's output."""
+    starts = re.findall(r"^start: launcher=torchrun world_size=(\d) restart=(\d)", output, flags=re.M)
+    # 2 nodes, then node 0 alone after the loss (a restart: it failed), then 2 again after the
+    # join (a membership change: not counted against --max-restarts, so still restart=1)
+    assert starts == [("2", "0"), ("1", "1"), ("2", "1")], output
+    # the loss, as node 0's rank saw it: gloo's error for a peer whose connection is gone
+    assert re.search(r"^\[rank0\]: [\w.]*Error: .*(reset|closed) by peer", output, flags=re.M), output
+    assert output.count("global batch 32: 2 rank(s) x 16") == 2, output
+    assert output.count("global batch 32: 1 rank(s) x 32") == 1, output
+    assert "resumed from checkpoint_good.pt: step 4, epoch 1, batch 4 of the epoch" in output, output
+    assert ("world size 2 -> 1 since the checkpoint: each rank takes 32 of the global batch of 32; step, "
+            "learning rate and schedule go on") in output
+    # the join: node 0's rank saved at the step boundary where SIGTERM found it, and the
+    # re-formed group resumed at that very step: no step lost
+    stopped = re.search(rf"^preempted: SIGTERM at step (\d+)/{ELASTIC_STEPS}: checkpoint saved", output,
+                        flags=re.M)
+    assert stopped and 4 < int(stopped[1]) < ELASTIC_STEPS, output
+    assert f"resumed from checkpoint_good.pt: step {stopped[1]}," in output, output
+    assert "world size 1 -> 2 since the checkpoint: each rank takes 16 of the global batch of 32" in output
+    summary = parse_summary(output)
+    assert summary["world_size"] == "2" and summary["steps"] == f"{ELASTIC_STEPS}/{ELASTIC_STEPS}", summary
+
+
+# --------------------------------------------------------------------------- the global batch
+def test_a_resume_on_fewer_ranks_refuses_another_global_batch_and_keeps_a_fixed_one():
+    """A run of 2 ranks stopped at step 13, resumed by one process: with --batch-size (per
+    rank) the global batch would halve under the checkpoint's step count, and the script
+    refuses, saying what to pass; with --global-batch-size 32 it resumes and finishes."""
+    bad = captured_run("14_elastic_bad.txt")
+    assert bad.returncode == 1, bad.output
+    assert ("cannot resume: the checkpoint's step counts global batches of 32 (2 ranks), this run's is 16 "
+            "(1 rank(s) x 16). Pass --global-batch-size 32") in bad.output
+    assert "summary:" not in bad.output and "resumed from" not in bad.output, bad.output
+    good = captured_run("14_elastic_good.txt")
+    assert good.returncode == 0, good.output
+    assert "resumed from checkpoint_good.pt: step 13, epoch 1, batch 13 of the epoch" in good.output
+    assert "world size 2 -> 1 since the checkpoint: each rank takes 32 of the global batch of 32" in \
+        good.output
+    summary = parse_summary(good.output)
+    assert summary["world_size"] == "1" and summary["steps"] == "48/48", summary
+
+
+def test_a_fixed_global_batch_holds_the_same_samples_whatever_the_world_size():
+    """Why the step count survives a change of world size: DistributedSampler's order
+    depends on seed and epoch only, and rank r takes every world-size-th index; so with
+    batches of G / world size per rank, global batch k holds the same G samples for any
+    world size, in a resumed epoch (SkipFirst) too."""
+    sys.path.insert(0, str(script("14_fault_tolerance")))
+    from torch.utils.data import DistributedSampler
+    from train_resilient import SkipFirst
+
+    data, global_batch = list(range(256)), 32
+
+    def global_batches(world_size: int, skip_batches: int) -> list[list[int]]:
+        per_rank = global_batch // world_size
+        shares = []
+        for rank in range(world_size):
+            sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, seed=0, drop_last=True)
+            sampler.set_epoch(1)
+            shares.append(list(SkipFirst(sampler, skip_batches * per_rank)))
+        steps = len(shares[0]) // per_rank
+        return [sorted(i for share in shares for i in share[k * per_rank:(k + 1) * per_rank])
+                for k in range(steps)]
+
+    for skip in (0, 3):
+        one, two, four = (global_batches(world_size, skip) for world_size in (1, 2, 4))
+        assert len(one) == 8 - skip and one == two == four

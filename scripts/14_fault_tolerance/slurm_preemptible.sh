@@ -37,8 +37,10 @@ echo "run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID; checkpoints in $CHECKP
 # --8<-- [start:forward]
 # srun in the background, so that this shell can take the signal while it runs: bash runs
 # a trap only between commands, and `wait` is one it can interrupt. The trap passes the
-# signal on with scancel to every step of the job (each rank, on every node): srun itself
-# would die of a SIGUSR1 sent to it instead of passing it on. --kill-on-bad-exit=0: the
+# signal on with scancel to every step of the job, which reaches each rank on every node
+# directly (srun passes a SIGUSR1 on too, srun(1), but turns a SIGTERM into a SIGKILL of
+# every rank: a plain scancel, which signals srun as well, can end the ranks before they
+# save; stop the job with USR1, as --signal=B:USR1@60 does). --kill-on-bad-exit=0: the
 # first rank to exit with 75 must not get the others killed before they have exited too
 # (a rank that crashes still ends the others: their next collective times out).
 without_job_port srun --kill-on-bad-exit=0 python scripts/14_fault_tolerance/train_resilient.py \

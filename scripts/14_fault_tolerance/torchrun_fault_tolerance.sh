@@ -17,9 +17,10 @@
 #     echo localhost > /tmp/nodes
 #     PBS_NODEFILE=/tmp/nodes bash scripts/14_fault_tolerance/torchrun_fault_tolerance.sh
 # Parameters (processes per node, virtual environment, modules): scripts/pbs_common.sh.
-# A requeue on PBS: qdel sends SIGTERM (then SIGKILL after the server's kill_delay); the
-# ranks save and exit with 75, and a job script can `qrerun "$PBS_JOBID"` or qsub itself
-# again, as scripts/14_fault_tolerance/slurm_preemptible.sh does with scontrol requeue.
+# A requeue on PBS: qdel sends SIGTERM (then SIGKILL after the queue's kill_delay); the
+# ranks save and exit with 75, and the job script can submit itself again (qsub, with the
+# same CHECKPOINT_DIR), as scripts/14_fault_tolerance/slurm_preemptible.sh requeues with
+# scontrol requeue. (qrerun keeps the job id, but needs PBS manager or operator privilege.)
 set -euo pipefail
 
 # shellcheck source=scripts/pbs_common.sh

@@ -21,6 +21,11 @@ straight to the checkpoint's path, and the restart finds a corrupt file):
 Preemption: SIGTERM or SIGUSR1 makes every rank save at the same step boundary and exit
 with code 75 (REQUEUE_EXIT_CODE), which scripts/14_fault_tolerance/slurm_preemptible.sh
 reads to requeue the job.
+Elastic: 1 to 2 nodes, run on each node (node0: the node that hosts the rendezvous); a
+node may leave and join, and the global batch stays 32 whatever the world size:
+    torchrun --nnodes=1:2 --nproc_per_node=1 --max-restarts=3 --rdzv-backend=c10d \\
+        --rdzv-endpoint=node0:29400 --rdzv-id=ch14 --rdzv-conf=last_call_timeout=5 \\
+        scripts/14_fault_tolerance/train_resilient.py --checkpoint-dir /shared/ck4 --global-batch-size 32
 """
 
 import itertools
@@ -51,11 +56,14 @@ KILL_AFTER_BYTES = 100_000  # --fail-during-save: the bytes written before the p
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=16, lr=0.05)
+    parser.add_argument("--global-batch-size", type=int, default=None, metavar="G",
+                        help="keep the global batch at G samples whatever the world size: each "
+                        "rank takes G / world size (default: each rank takes --batch-size)")
     parser.add_argument("--num-samples", type=int, default=512,
                         help="size of the synthetic data set (default: %(default)s)")
     parser.add_argument("--hidden", type=int, default=512,
-                        help="hidden units: the checkpoint is about 16 * 33 * hidden bytes "
-                        "(default: %(default)s)")
+                        help="hidden units: the checkpoint is about 300 * hidden bytes (weights and "
+                        "momentum), plus about 15 kB of RNG states per rank (default: %(default)s)")
     parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints_ch14"),
                         help="where checkpoints go; on a cluster, a file system every node "
                         "sees (default: %(default)s)")
@@ -66,6 +74,9 @@ def parse_args():
     parser.add_argument("--fail-during-save", type=int, default=None, metavar="K",
                         help=f"rank 0 kills itself (SIGKILL) {KILL_AFTER_BYTES} bytes into "
                         "writing the checkpoint of step K, once")
+    parser.add_argument("--lose-node-at-step", type=int, default=None, metavar="K",
+                        help="under torchrun: the last rank SIGKILLs its torchrun and itself after "
+                        "step K, once: its node is lost")
     parser.add_argument("--signal-at-step", type=int, default=None, metavar="K",
                         help="the last rank sends itself SIGUSR1 after step K, as a scheduler "
                         "would (the other ranks hear nothing), once")
@@ -75,7 +86,10 @@ def parse_args():
                         help="sleep in every step, as a slower model would (default: 0)")
     add_variant_arg(parser, bad="torch.save straight onto the checkpoint's path",
                     good="temporary file, flush, fsync, rename over the previous checkpoint")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.lose_node_at_step is not None and "TORCHELASTIC_RUN_ID" not in os.environ:
+        parser.error("--lose-node-at-step kills the rank's torchrun: launch the script with torchrun")
+    return args
 
 
 def build_model(hidden: int) -> nn.Module:
@@ -196,15 +210,33 @@ def main() -> None:
     print0(f"start: launcher={ctx.launcher} world_size={ctx.world_size} restart={restart} "
            f"variant={args.variant}")
 
-    # 2. Data: DistributedSampler with set_epoch(), so an epoch's order depends on the epoch
+    # --8<-- [start:global_batch]
+    # 2. The batch. --batch-size is per rank, so the global batch grows with the world size.
+    #    --global-batch-size G keeps the global batch at G instead, each rank taking
+    #    G / world size: a run whose world size changes (elastic) keeps its learning rate,
+    #    its schedule and its steps per epoch.
+    if args.global_batch_size is None:
+        batch_size = args.batch_size
+    elif args.global_batch_size % ctx.world_size == 0:
+        batch_size = args.global_batch_size // ctx.world_size
+        print0(f"global batch {args.global_batch_size}: {ctx.world_size} rank(s) x {batch_size}")
+    else:
+        print0(f"--global-batch-size {args.global_batch_size} does not split evenly among "
+               f"{ctx.world_size} ranks: pick a multiple of every world size the run may have")
+        cleanup_distributed()
+        sys.exit(2)
+    global_batch = batch_size * ctx.world_size
+    # --8<-- [end:global_batch]
+
+    # 3. Data: DistributedSampler with set_epoch(), so an epoch's order depends on the epoch
     #    alone; a resumed epoch skips the batches it had already trained on.
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed, drop_last=True)
-    steps_per_epoch = len(sampler) // args.batch_size
+    steps_per_epoch = len(sampler) // batch_size
     total_steps = steps_per_epoch * args.epochs
 
-    # 3. Model, optimizer with momentum, a scheduler: all state a resume must restore.
+    # 4. Model, optimizer with momentum, a scheduler: all state a resume must restore.
     torch.manual_seed(args.seed)
     model = DDP(build_model(args.hidden).to(ctx.device),
                 device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
@@ -213,7 +245,7 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     torch.manual_seed(args.seed + ctx.rank)  # each rank its own dropout masks
 
-    # 4. How a checkpoint file gets written: the pitfall and the fix.
+    # 5. How a checkpoint file gets written: the pitfall and the fix.
     path = args.checkpoint_dir / f"checkpoint_{args.variant}.pt"
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
@@ -241,7 +273,7 @@ def main() -> None:
         # --8<-- [end:good_write]
 
     # --8<-- [start:resume]
-    # 5. Resume from the last checkpoint if there is one: weights, optimizer, scheduler,
+    # 6. Resume from the last checkpoint if there is one: weights, optimizer, scheduler,
     #    this rank's RNG states (load_checkpoint), and the step and position in the epoch.
     step = 0
     if ctx.is_main and remove_partial_saves(args.checkpoint_dir):  # a save killed mid-write
@@ -259,13 +291,31 @@ def main() -> None:
             cleanup_distributed()
             sys.exit(1)
         step = checkpoint["extra"]["step"]
+        # --8<-- [end:resume]
+        # --8<-- [start:elastic_resume]
+        # A checkpoint from another world size (a job back on fewer nodes, an elastic run
+        # that lost or gained one): its step counts batches of its global batch, and its
+        # learning rate and schedule were set for that batch. Go on only with the same one.
+        saved_batch = checkpoint["extra"].get("global_batch", global_batch)
+        if saved_batch != global_batch:
+            print0(f"cannot resume: the checkpoint's step counts global batches of {saved_batch} "
+                   f"({checkpoint['world_size']} ranks), this run's is {global_batch} "
+                   f"({ctx.world_size} rank(s) x {batch_size}). Pass --global-batch-size {saved_batch}: "
+                   "each rank then takes its share of the same global batch")
+            del model
+            cleanup_distributed()
+            sys.exit(1)
         print0(f"resumed from {path.name}: step {step}, epoch {step // steps_per_epoch + 1}, "
                f"batch {step % steps_per_epoch} of the epoch, lr {scheduler.get_last_lr()[0]:.6f}, "
                f"rng_restored={'yes' if checkpoint['rng_restored'] else 'no'}")
-    # --8<-- [end:resume]
+        if checkpoint["world_size"] != ctx.world_size:  # RNG states: one per rank, not restored
+            print0(f"world size {checkpoint['world_size']} -> {ctx.world_size} since the checkpoint: "
+                   f"each rank takes {batch_size} of the global batch of {global_batch}; step, "
+                   "learning rate and schedule go on")
+        # --8<-- [end:elastic_resume]
     resumed_from = step
 
-    # 6. Train, one step at a time, from wherever the checkpoint left off.
+    # 7. Train, one step at a time, from wherever the checkpoint left off.
     heartbeat = Heartbeat(args.heartbeat, ctx.rank, step)
     preempted = ""
     for epoch in range(step // steps_per_epoch, args.epochs):
@@ -273,8 +323,8 @@ def main() -> None:
         in_epoch = step - epoch * steps_per_epoch  # > 0 only in the epoch a resume lands in
         # generator: starting an epoch's iterator draws a seed from it; from the global
         # RNG otherwise, one draw more in a resumed run than in an uninterrupted one.
-        loader = make_loader(dataset, args.batch_size, ctx.device, drop_last=True,
-                             sampler=SkipFirst(sampler, in_epoch * args.batch_size),
+        loader = make_loader(dataset, batch_size, ctx.device, drop_last=True,
+                             sampler=SkipFirst(sampler, in_epoch * batch_size),
                              generator=torch.Generator().manual_seed(args.seed + epoch))
         for inputs, labels in loader:
             # --8<-- [start:stop_check]
@@ -297,23 +347,29 @@ def main() -> None:
                     once(args.checkpoint_dir / f".killed_at_step_{step}"):
                 print(f"rank {ctx.rank}: killed (SIGKILL) after step {step}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)  # no exception, no clean-up: a crash
+            if step == args.lose_node_at_step and ctx.rank == ctx.world_size - 1 and \
+                    once(args.checkpoint_dir / f".lost_node_at_step_{step}"):
+                print(f"rank {ctx.rank}: its node is lost after step {step} (torchrun and rank "
+                      "SIGKILLed)", flush=True)
+                os.kill(os.getppid(), signal.SIGKILL)  # the node's torchrun (this rank's parent)
+                os.kill(os.getpid(), signal.SIGKILL)  # and this rank: nothing left on the node
             if step == args.signal_at_step and ctx.rank == ctx.world_size - 1 and \
                     once(args.checkpoint_dir / f".signalled_at_step_{step}"):
                 print(f"rank {ctx.rank}: got SIGUSR1 after step {step}", flush=True)
                 os.kill(os.getpid(), signal.SIGUSR1)  # this rank alone, as a late signal would
             if step % args.checkpoint_every == 0:
                 save_checkpoint(path, model, optimizer, step // steps_per_epoch, scheduler=scheduler,
-                                extra={"step": step}, write=write)
+                                extra={"step": step, "global_batch": global_batch}, write=write)
         if preempted:
             break
     heartbeat.done.set()
 
     # --8<-- [start:preempted]
-    # 7. Told to stop: save at this step boundary (every rank is here: save_checkpoint is
+    # 8. Told to stop: save at this step boundary (every rank is here: save_checkpoint is
     #    collective), then exit with the code that asks the job script to requeue.
     if preempted:
         save_checkpoint(path, model, optimizer, step // steps_per_epoch, scheduler=scheduler,
-                        extra={"step": step}, write=write)
+                        extra={"step": step, "global_batch": global_batch}, write=write)
         print0(f"preempted: {preempted} at step {step}/{total_steps}: checkpoint saved, "
                f"exit code {REQUEUE_EXIT_CODE} asks for a requeue")
         del model
@@ -321,7 +377,7 @@ def main() -> None:
         sys.exit(REQUEUE_EXIT_CODE)
     # --8<-- [end:preempted]
 
-    # 8. The final weights, for comparison with another run, and the summary (rank 0).
+    # 9. The final weights, for comparison with another run, and the summary (rank 0).
     if ctx.is_main:
         torch.save(model.module.state_dict(), args.checkpoint_dir / "final_weights.pt")
     print0(f"summary: variant={args.variant} world_size={ctx.world_size} launcher={ctx.launcher} "
