@@ -203,5 +203,6 @@ def test_compile_time_is_many_steady_steps_and_a_warm_cache_cuts_it(bad, good, o
     # Every rank compiles: each reports its own compile time.
     per_rank = re.search(r"compile time per rank in step 1 \(dynamo's own timers\): (\S+) s, (\S+) s",
                          bad[0].output)
-    # Compiling is part of step 1: each rank's timer is within step 1's wall time (rounding aside).
-    assert per_rank and all(0 < float(s) <= seconds(bad[1]["step1_s"]) + 0.01 for s in per_rank.groups())
+    # Compiling is part of step 1, which the ranks start together (a barrier): each rank's
+    # timer is within rank 0's step-1 wall time (rounding and the barrier's exit aside).
+    assert per_rank and all(0 < float(s) <= seconds(bad[1]["step1_s"]) + 0.05 for s in per_rank.groups())

@@ -188,6 +188,8 @@ def main() -> None:
                 torch._dynamo.mark_dynamic(inputs, 0)  # any batch size, one graph
             step += 1
             seen = len(recompiles.reasons)
+            if step == 1:  # the ranks start step 1 together: each one's compiling lies within it
+                dist.barrier()
             start = synchronized_clock(ctx.device)
             optimizer.zero_grad(set_to_none=True)
             loss = nn.functional.cross_entropy(compiled(inputs), labels)
