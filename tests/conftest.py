@@ -16,7 +16,8 @@ import re
 import signal
 import subprocess
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,12 +181,31 @@ def mpiexec(mpi: str, n: int, path: str, *args: str, launcher_args: tuple[str, .
     return run(cmd, env=env, timeout=timeout)
 
 
+# --------------------------------------------------------------------------- captured runs
+# Each captured command (docs/outputs/*.txt) runs once per session, and every test that asks
+# for it gets that run: test_site compares it with the capture, the chapter's tests assert on
+# it. Where the session compares captures (test_site), they start at once in the background,
+# one at a time, while the chapter tests run in the foreground: a launch alone keeps about
+# 1.5 of the 2 cores busy (start-up, imports, waits), and two side by side fill them. The
+# background works from the last chapter back, the foreground from the first one forward.
+#
+# What a wall clock decides is not run beside anything: a TIMED_CAPTURES command, or a test
+# marked `timed`, waits for the background's launch to end and holds the background back
+# until it is done (background_paused()).
+# A capture that reads what another one wrote runs after it (the background keeps each
+# chapter's captures in name order anyway).
+CAPTURE_NEEDS = {"17_checkpoint_bad_1.txt": ("17_checkpoint_bad.txt",)}
+TIMED_CAPTURES = {"12_loader_bad.txt", "12_loader_good.txt", "12_comm_bench.txt", "12_profile_step.txt"}
 _CAPTURED_RUNS: dict[str, Future] = {}
-_CAPTURE_POOL: ThreadPoolExecutor | None = None
-# Captured commands run side by side in the background at most this many at a time: one
-# launch keeps about one of the two cores busy (start-up, imports, waits), so two at once
-# take about half the time and the wall-clock numbers they print are masked anyway.
-CAPTURES_AT_ONCE = 2
+_CLAIMED: set[str] = set()  # captures a runner (foreground or background) has taken
+_CLAIM_LOCK = threading.Lock()
+_CHAPTER_LOCKS: dict[str, threading.Lock] = {}  # one chapter's captures run one at a time
+_BACKGROUND_SLOT = threading.Lock()  # held by the background while it runs a capture
+_BACKGROUND_ALLOWED = threading.Event()
+_BACKGROUND_ALLOWED.set()
+_PAUSES = 0  # nesting depth of background_paused() (the foreground thread only)
+_STOPPING = threading.Event()
+_BACKGROUND_THREAD: threading.Thread | None = None
 
 
 def _run_captured(name: str) -> Result:
@@ -201,53 +221,120 @@ def _run_captured(name: str) -> Result:
     return Result(code, output, time.monotonic() - start)
 
 
+def _future(name: str) -> Future:
+    with _CLAIM_LOCK:
+        return _CAPTURED_RUNS.setdefault(name, Future())
+
+
+def _chapter_lock(name: str) -> threading.Lock:
+    with _CLAIM_LOCK:
+        return _CHAPTER_LOCKS.setdefault(name[:2], threading.Lock())
+
+
+def _claim(name: str) -> bool:
+    """True for the one runner that gets to run `name`."""
+    with _CLAIM_LOCK:
+        if name in _CLAIMED:
+            return False
+        _CLAIMED.add(name)
+        return True
+
+
+def _execute(name: str) -> None:
+    done = _future(name)
+    try:
+        done.set_result(_run_captured(name))
+    except BaseException as error:  # noqa: BLE001 - raised in every test that asks for it
+        done.set_exception(error)
+
+
+@contextlib.contextmanager
+def background_paused():
+    """Nothing runs in the background meanwhile: waits for its launch to end, holds it back."""
+    global _PAUSES
+    if _PAUSES == 0:
+        _BACKGROUND_ALLOWED.clear()
+        _BACKGROUND_SLOT.acquire()
+    _PAUSES += 1
+    try:
+        yield
+    finally:
+        _PAUSES -= 1
+        if _PAUSES == 0:
+            _BACKGROUND_SLOT.release()
+            _BACKGROUND_ALLOWED.set()
+
+
 def captured_run(name: str) -> Result:
     """The fresh run of the command captured in docs/outputs/<name>, run once per session:
     test_site compares it with the capture, and the chapter's tests assert on the same run
-    (one launch, many checks). Its output is what the page shows: launcher log lines dropped."""
-    if name not in _CAPTURED_RUNS:
-        done: Future = Future()
-        try:
-            done.set_result(_run_captured(name))
-        except BaseException as error:  # noqa: BLE001 - kept for every test that asks again
-            done.set_exception(error)
-        _CAPTURED_RUNS[name] = done
-    return _CAPTURED_RUNS[name].result()
+    (one launch, many checks). Its output is what the page shows: launcher log lines dropped.
+    Not run yet: it runs now, after what it needs (CAPTURE_NEEDS), if that has not run."""
+    done = _future(name)
+    if not done.done():
+        with _chapter_lock(name):
+            for needed in (*CAPTURE_NEEDS.get(name, ()), name):
+                if _claim(needed):
+                    with background_paused() if needed in TIMED_CAPTURES else contextlib.nullcontext():
+                        _execute(needed)
+    return done.result()
+
+
+def _run_in_background(names: list[str]) -> None:
+    for name in names:
+        _BACKGROUND_ALLOWED.wait()
+        if _STOPPING.is_set():
+            return
+        with _BACKGROUND_SLOT:
+            lock = _chapter_lock(name)
+            if not lock.acquire(blocking=False):  # the foreground runs this chapter: leave it
+                continue
+            try:
+                if _claim(name):
+                    _execute(name)
+            finally:
+                lock.release()
 
 
 def prefetch_captured_runs(names: list[str]) -> None:
-    """Start the runs of these captured commands in the background, CAPTURES_AT_ONCE at a
-    time, for captured_run() to pick up. One chapter's commands run one after another, in
-    name order, never beside each other: they may share a checkpoint directory, and a later
-    one may read what an earlier one wrote (17_checkpoint_bad_1 reads 17_checkpoint_bad's)."""
-    global _CAPTURE_POOL
-    if _CAPTURE_POOL is None:
-        _CAPTURE_POOL = ThreadPoolExecutor(max_workers=CAPTURES_AT_ONCE, thread_name_prefix="capture")
-    chapters: dict[str, list[tuple[str, Future]]] = {}
-    for name in sorted(names):
-        if name not in _CAPTURED_RUNS:
-            _CAPTURED_RUNS[name] = Future()
-            chapters.setdefault(name[:2], []).append((name, _CAPTURED_RUNS[name]))
+    """Run these captured commands in the background, one at a time, for captured_run() to
+    pick up: the last chapter's first, each chapter's in name order. TIMED_CAPTURES are left
+    to the foreground."""
+    global _BACKGROUND_THREAD
+    if _BACKGROUND_THREAD is not None or not names:
+        return
+    chapters = sorted({name[:2] for name in names}, reverse=True)
+    queue = [name for chapter in chapters for name in sorted(names)
+             if name[:2] == chapter and name not in TIMED_CAPTURES]
+    _BACKGROUND_THREAD = threading.Thread(target=_run_in_background, args=(queue,),
+                                          name="captures", daemon=True)
+    _BACKGROUND_THREAD.start()
 
-    def run_in_order(runs: list[tuple[str, Future]]) -> None:
-        for name, done in runs:
-            if not done.set_running_or_notify_cancel():
-                continue
-            try:
-                done.set_result(_run_captured(name))
-            except BaseException as error:  # noqa: BLE001 - raised in the test that asks for it
-                done.set_exception(error)
 
-    for runs in chapters.values():
-        _CAPTURE_POOL.submit(run_in_order, runs)
+def pytest_collection_finish(session):
+    """Start the captured commands that test_site will compare, in the background."""
+    comparisons = [item for item in session.items
+                   if getattr(item, "originalname", "") == "test_captured_output_matches_a_fresh_run"]
+    prefetch_captured_runs([item.callspec.params["path"].name for item in comparisons])
+
+
+@pytest.fixture(autouse=True)
+def _alone_if_timed(request):
+    """A test marked `timed` measures wall-clock time or races a window: nothing runs in the
+    background meanwhile."""
+    if request.node.get_closest_marker("timed") is None:
+        yield
+        return
+    with background_paused():
+        yield
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Runs not started yet are dropped (a -x stop); running ones end within their timeout."""
-    for done in _CAPTURED_RUNS.values():
-        done.cancel()
-    if _CAPTURE_POOL is not None:
-        _CAPTURE_POOL.shutdown(wait=True, cancel_futures=True)
+    """The background starts nothing more; its running launch ends within its timeout."""
+    _STOPPING.set()
+    _BACKGROUND_ALLOWED.set()
+    if _BACKGROUND_THREAD is not None:
+        _BACKGROUND_THREAD.join()
 
 
 # `make test-quick` (pytest -m quick): the tests that launch nothing, and one launch of each

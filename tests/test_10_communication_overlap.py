@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from conftest import captured_run, mpiexec, python
 
 BUCKETS = "10_communication_overlap/bucket_size.py"
@@ -63,6 +64,7 @@ def png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])  # width, height from the IHDR chunk
 
 
+@pytest.mark.timed
 def test_sweep_under_mpiexec_times_tiny_buckets_slower_and_plots(tmp_path):
     plot = tmp_path / "sweep.png"
     result = mpiexec("openmpi", 2, SWEEP, "--plot", str(plot))

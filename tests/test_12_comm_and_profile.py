@@ -56,6 +56,7 @@ def test_bandwidth_formulas_are_nccl_tests(op, size, secs, ranks, algbw, busbw):
     assert got == pytest.approx((algbw, busbw), rel=1e-12)
 
 
+@pytest.mark.timed
 def test_comm_bench_agrees_with_a_bare_all_reduce_loop():
     """The page's torchrun run: every size timed, and the bare loop within 5% on small sizes."""
     result = captured_run("12_comm_bench.txt")
@@ -100,6 +101,7 @@ def merged_length(intervals: list[tuple[float, float]], start: float, end: float
     return sum(hi - lo for lo, hi in merged) / 1e6
 
 
+@pytest.mark.timed
 def test_profiler_table_sums_to_the_step_and_shows_overlap():
     result = captured_run("12_profile_step.txt")
     summary = result.clean_summary()

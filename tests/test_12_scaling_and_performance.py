@@ -21,6 +21,7 @@ def share(summary: dict[str, str]) -> float:
     return wait / (wait + compute)
 
 
+@pytest.mark.timed
 def test_pitfall_starved_loader_waits_for_data_and_workers_feed_it():
     """Reads of 30 ms per image (--read-latency-ms): without workers the ranks wait for
     them; one worker per rank reads the next batch while they compute."""
@@ -69,6 +70,7 @@ def png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.timed
 def test_scaling_study_plots_and_reports_efficiencies(tmp_path):
     plot = tmp_path / "scaling.png"
     result = python(STUDY, "--ranks", "1", "2", "--batch-size", "4", "--steps-per-epoch", "6",

@@ -215,6 +215,7 @@ def elastic_node(namespace: str, address: str, checkpoints: Path) -> Background:
     return Background(cmd, env=node_env(address, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"), timeout=240)
 
 
+@pytest.mark.timed
 def test_elastic_a_node_leaves_and_one_joins_the_group_re_forms_and_trains_on(two_nodes, tmp_path):
     """Two simulated nodes, one rank each, torchrun --nnodes=1:2. Node 1 is lost after step 6
     (its torchrun and rank SIGKILLed): node 0's rank fails at its next collective, its

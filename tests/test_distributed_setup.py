@@ -173,6 +173,7 @@ def test_unresolvable_master():
     assert_clear_error(result, "MASTER_ADDR='no-such-host.invalid' does not resolve")
 
 
+@pytest.mark.timed
 def test_unreachable_master_fails_within_the_timeout():
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -247,6 +248,7 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
     return proc.returncode, output
 
 
+@pytest.mark.timed
 def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_on():
     """Step 0's rank 0 listens; a rank 1 of step 1 of the same job reaches it (same port):
     it stops at once, long before its --timeout, and says so. Then step 0's own rank 1
@@ -274,6 +276,7 @@ def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_o
     assert code == 0 and "summary: variant=good world_size=2" in output, output
 
 
+@pytest.mark.timed
 def test_two_launches_on_one_port_end_within_the_timeout():
     """Nothing tells two launches of one job apart (no launch id, no MPI): both derive the
     job's port, and a rank 1 of each reaches the same rank 0. One of them is left waiting,
@@ -305,6 +308,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.timed
 def test_a_wait_that_torch_does_not_bound_ends_at_the_timeout():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -8,15 +8,7 @@ from pathlib import Path
 
 import pytest
 from captured_outputs import OUTPUTS, differences, exit_codes, last_digit, read, run_command, tolerance_for
-from conftest import REPO, captured_run, clean_env, prefetch_captured_runs, run
-
-
-@pytest.fixture(scope="module", autouse=True)
-def captured_runs_in_the_background(request):
-    """The captured commands of the comparisons selected start at once, side by side
-    (conftest.prefetch_captured_runs), while the tests before them build the site."""
-    prefetch_captured_runs([item.callspec.params["path"].name for item in request.session.items
-                            if item.originalname == "test_captured_output_matches_a_fresh_run"])
+from conftest import REPO, captured_run, clean_env, run
 
 
 def test_mkdocs_build_strict(tmp_path):
