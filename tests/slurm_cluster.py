@@ -7,7 +7,7 @@ and two test sessions side by side do not meet:
     munged      its own key (mungekey) and socket; Slurm finds it through AuthInfo=socket=
     slurmctld   the controller, on this host's name, listening on 127.0.0.1
     slurmd -N localhost
-                the one node, NodeName=localhost with 16 CPUs (SlurmdParameters=
+                the one node, NodeName=localhost with 48 CPUs (SlurmdParameters=
                 config_overrides: the configured CPUs, not the machine's, so jobs may
                 oversubscribe the cores)
 
@@ -41,7 +41,9 @@ from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env
 DAEMONS = ("munged", "slurmctld", "slurmd")  # started in this order, stopped in reverse
 COMMANDS = (*DAEMONS, "mungekey", "sbatch", "srun", "scontrol", "sinfo", "squeue", "scancel", "qsub")
 SBIN_DIRS = ("/usr/sbin", "/sbin")  # daemons live here, which a non-root PATH may lack
-NODE_CPUS = 16  # what the node claims; the PBS job scripts ask for ncpus=16
+# What the node claims: the PBS job scripts ask for ncpus=16 each, and test_pbs_scripts runs
+# JOBS_AT_ONCE of them side by side (with 16, Slurm started them one after another).
+NODE_CPUS = 48
 START_TIMEOUT_S = 60
 FINAL_JOB_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                     "PREEMPTED", "BOOT_FAIL", "DEADLINE"}

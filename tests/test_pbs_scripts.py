@@ -163,8 +163,9 @@ def slurm(request):
     return shared_cluster(request.config)
 
 
-# Jobs run side by side, this many at a time: one job keeps about one of the two cores busy
-# (start-up, imports, rendezvous), so two at once take about half the time.
+# Jobs run side by side, this many at a time (the test cluster's node has room for three jobs
+# of ncpus=16): one job alone keeps about 1.3 of the two cores busy (start-up, imports, waits
+# for Slurm); two fill them, three only crowd them (measured: no faster than two).
 JOBS_AT_ONCE = 2
 
 
