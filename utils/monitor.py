@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from utils.plots import saved_figure
+
 
 def gpu_devices() -> tuple[list, str]:
     """(nvitop devices, a note): the GPUs NVML sees, or none and why."""
@@ -111,25 +113,16 @@ def summarize(rows: list[dict[str, float]], gpus: int) -> str:
 
 def plot_rows(rows: list[dict[str, float]], gpus: int, png: Path) -> None:
     """Host CPU % and each GPU's utilisation % over time (top); memory (bottom)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     times = [r["time_s"] for r in rows]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), dpi=100, sharex=True)
-    top.plot(times, [r["host_cpu_percent"] for r in rows], label="host CPU")
-    bottom.plot(times, [r["host_memory_used_mib"] / 1024 for r in rows], label="host memory")
-    for index in range(gpus):
-        top.plot(times, [r[f"gpu{index}_util_percent"] for r in rows], label=f"GPU {index}")
-        bottom.plot(times, [r[f"gpu{index}_memory_used_mib"] / 1024 for r in rows], label=f"GPU {index}")
-    top.set_ylabel("utilisation (%)")
-    top.set_ylim(0, 105)
-    bottom.set_ylabel("memory used (GiB)")
-    bottom.set_xlabel("seconds")
-    for axes in (top, bottom):
-        axes.legend(fontsize=8, loc="lower right")
-    figure.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(png)
-    plt.close(figure)
+    with saved_figure(png, nrows=2, figsize=(7, 5), sharex=True) as (figure, (top, bottom)):
+        top.plot(times, [r["host_cpu_percent"] for r in rows], label="host CPU")
+        bottom.plot(times, [r["host_memory_used_mib"] / 1024 for r in rows], label="host memory")
+        for index in range(gpus):
+            top.plot(times, [r[f"gpu{index}_util_percent"] for r in rows], label=f"GPU {index}")
+            bottom.plot(times, [r[f"gpu{index}_memory_used_mib"] / 1024 for r in rows], label=f"GPU {index}")
+        top.set_ylabel("utilisation (%)")
+        top.set_ylim(0, 105)
+        bottom.set_ylabel("memory used (GiB)")
+        bottom.set_xlabel("seconds")
+        for axes in (top, bottom):
+            axes.legend(fontsize=8, loc="lower right")

@@ -35,6 +35,7 @@ from utils.cli import add_training_args, make_parser
 from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
+from utils.plots import saved_figure
 from utils.timing import synchronized_clock
 
 
@@ -71,23 +72,14 @@ def label(cap: float | None) -> str:
 # --8<-- [start:plot]
 def plot(path: Path, labels: list[str], seconds: list[float], allreduces: list[float], title: str) -> None:
     """A bar per bucket cap: steps per second, with the all-reduces per step on top."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed on a cluster node
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
-    bars = axes.bar(labels, [1 / s for s in seconds], color="tab:blue")
-    for bar, count in zip(bars, allreduces, strict=True):
-        axes.annotate(f"{count:g} all-reduces", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                      ha="center", va="bottom", fontsize=8)
-    axes.set_xlabel("bucket_cap_mb (MiB)")
-    axes.set_ylabel("training steps per second")
-    axes.set_title(title, fontsize=10)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
+    with saved_figure(path, figsize=(7, 4)) as (figure, axes):
+        bars = axes.bar(labels, [1 / s for s in seconds], color="tab:blue")
+        for bar, count in zip(bars, allreduces, strict=True):
+            axes.annotate(f"{count:g} all-reduces", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                          ha="center", va="bottom", fontsize=8)
+        axes.set_xlabel("bucket_cap_mb (MiB)")
+        axes.set_ylabel("training steps per second")
+        axes.set_title(title, fontsize=10)
 # --8<-- [end:plot]
 
 

@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from utils.cli import make_parser
 from utils.distributed import cleanup_distributed, print0, setup_distributed
+from utils.plots import saved_figure
 from utils.timing import Clock
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -166,26 +167,17 @@ def mean_over_ranks(seconds: float, device: torch.device) -> float:
 
 
 def plot(path: Path, rows: list[dict], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed on a cluster node
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
-    for op in OPS:
-        points = [(row["bytes"], row["busbw_GBps"]) for row in rows if row["op"] == op]
-        if points:
-            axes.plot(*zip(*points, strict=True), marker="o", label=op)
-    axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.set_xlabel("message size S (bytes)")
-    axes.set_ylabel("bus bandwidth (GB/s)")
-    axes.set_title(title, fontsize=10)
-    axes.legend()
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
+    with saved_figure(path, figsize=(7, 4)) as (figure, axes):
+        for op in OPS:
+            points = [(row["bytes"], row["busbw_GBps"]) for row in rows if row["op"] == op]
+            if points:
+                axes.plot(*zip(*points, strict=True), marker="o", label=op)
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.set_xlabel("message size S (bytes)")
+        axes.set_ylabel("bus bandwidth (GB/s)")
+        axes.set_title(title, fontsize=10)
+        axes.legend()
 
 
 def main() -> None:

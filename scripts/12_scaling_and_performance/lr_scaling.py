@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from utils.cli import add_training_args, make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
+from utils.plots import saved_figure
 
 HELD_OUT = 1024  # samples kept aside to measure the loss
 
@@ -104,22 +105,13 @@ def train(model, loader, sampler, epochs, lr, schedule, held_out, samples_per_st
 
 
 def plot(path: Path, curves: dict[str, list[tuple[int, float]]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed on a cluster node
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), dpi=100)
-    for name, curve in curves.items():
-        axes.plot(*zip(*curve, strict=True), marker="o", label=name)
-    axes.set_xlabel("training samples seen (all ranks)")
-    axes.set_ylabel("held-out loss")
-    axes.set_title(title, fontsize=10)
-    axes.legend()
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
+    with saved_figure(path, figsize=(7, 4)) as (figure, axes):
+        for name, curve in curves.items():
+            axes.plot(*zip(*curve, strict=True), marker="o", label=name)
+        axes.set_xlabel("training samples seen (all ranks)")
+        axes.set_ylabel("held-out loss")
+        axes.set_title(title, fontsize=10)
+        axes.legend()
 
 
 def main() -> None:

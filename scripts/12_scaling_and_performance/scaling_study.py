@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 import torch
 
 from utils.cli import make_parser
+from utils.plots import saved_figure
 
 HERE = Path(__file__).resolve().parent
 
@@ -107,32 +108,23 @@ def side_by_side(args, n: int, threads: int) -> list[dict[str, float]]:
 
 
 def plot(path: Path, ranks: list[int], rows: dict, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
-    base = rows["weak"][0]["throughput"]
-    left.plot(ranks, [base * n for n in ranks], ":", color="gray", label="linear (N x one rank)")
-    for key, label, style in (("ceiling", "side-by-side copies (ceiling)", "k--"),
-                              ("weak", "DDP, same batch per rank (weak)", "o-"),
-                              ("strong", "DDP, same effective batch (strong)", "s-")):
-        left.plot(ranks, [r["throughput"] for r in rows[key]], style, label=label)
-        right.plot(ranks, rows[f"{key}_eff"], style, label=label)
-    right.axhline(1.0, color="gray", linestyle=":")
-    left.set_ylabel("images per second (all ranks)")
-    right.set_ylabel("scaling efficiency")
-    right.set_ylim(0, 1.2)
-    for axes in (left, right):
-        axes.set_xlabel("ranks (N)")
-        axes.set_xticks(ranks)
-        axes.legend(fontsize=8)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
+    with saved_figure(path, ncols=2, figsize=(10, 4)) as (figure, (left, right)):
+        base = rows["weak"][0]["throughput"]
+        left.plot(ranks, [base * n for n in ranks], ":", color="gray", label="linear (N x one rank)")
+        for key, label, style in (("ceiling", "side-by-side copies (ceiling)", "k--"),
+                                  ("weak", "DDP, same batch per rank (weak)", "o-"),
+                                  ("strong", "DDP, same effective batch (strong)", "s-")):
+            left.plot(ranks, [r["throughput"] for r in rows[key]], style, label=label)
+            right.plot(ranks, rows[f"{key}_eff"], style, label=label)
+        right.axhline(1.0, color="gray", linestyle=":")
+        left.set_ylabel("images per second (all ranks)")
+        right.set_ylabel("scaling efficiency")
+        right.set_ylim(0, 1.2)
+        for axes in (left, right):
+            axes.set_xlabel("ranks (N)")
+            axes.set_xticks(ranks)
+            axes.legend(fontsize=8)
+        figure.suptitle(title, fontsize=10)
 
 
 def main() -> None:
