@@ -195,6 +195,8 @@ def two_nodes():
 # 384 samples, global batches of 32: 12 steps per epoch, 36 in 3 epochs; node 1 is lost after
 # step 6 (the last checkpoint: step 4), and has until step 36 (0.5 s per step) to come back.
 ELASTIC_STEPS = 36
+# needed for the restart and for the node that comes back (the chapter says why)
+ELASTIC_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
 # The command the page shows, run on each node; the test adds the simulated node's address.
 ELASTIC_PAGE_COMMAND = (
     "torchrun", "--nnodes=1:2", "--nproc_per_node=1", "--max-restarts=3", "--rdzv-backend=c10d",
@@ -212,7 +214,8 @@ def elastic_node(namespace: str, address: str, checkpoints: Path) -> Background:
     args = [arg.replace("last_call_timeout=5", f"last_call_timeout=5,is_host={is_host}") for arg in args]
     args[args.index("/shared/ch14_elastic")] = str(checkpoints)
     cmd = ["ip", "netns", "exec", namespace, VENV_BIN / torchrun, f"--local-addr={address}", *args]
-    return Background(cmd, env=node_env(address, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"), timeout=240)
+    name, value = ELASTIC_ENV.split("=")
+    return Background(cmd, env=node_env(address, **{name: value}), timeout=240)
 
 
 @pytest.mark.timed
@@ -237,14 +240,15 @@ def test_elastic_a_node_leaves_and_one_joins_the_group_re_forms_and_trains_on(tw
     node0_output = page_lines(result.output)
     check_elastic_run(node0_output)
     if os.environ.get("RECORD_OUTPUTS"):  # make outputs: the page shows this run
-        ELASTIC_RECORDED.write_text(f"$ {' '.join(ELASTIC_PAGE_COMMAND)}  # on each node\n{node0_output}\n")
+        ELASTIC_RECORDED.write_text(f"$ {ELASTIC_ENV} {' '.join(ELASTIC_PAGE_COMMAND)}  # on each node\n"
+                                    f"{node0_output}\n")
 
 
 def test_the_elastic_output_on_the_page_shows_what_the_test_checks():
     """The page shows node 0's output of one run of the test above (recorded with
     RECORD_OUTPUTS=1): it must pass the same checks as a fresh run."""
     command, output = ELASTIC_RECORDED.read_text().partition("\n")[::2]
-    assert command.startswith("$ torchrun --nnodes=1:2")
+    assert command.startswith(f"$ {ELASTIC_ENV} {' '.join(ELASTIC_PAGE_COMMAND)}"), command
     check_elastic_run(output)
 
 

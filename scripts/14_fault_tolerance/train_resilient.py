@@ -23,7 +23,8 @@ with code 75 (REQUEUE_EXIT_CODE), which scripts/14_fault_tolerance/slurm_preempt
 reads to requeue the job.
 Elastic: 1 to 2 nodes, run on each node (node0: the node that hosts the rendezvous); a
 node may leave and join, and the global batch stays 32 whatever the world size:
-    torchrun --nnodes=1:2 --nproc_per_node=1 --max-restarts=3 --rdzv-backend=c10d \\
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc_per_node=1 --max-restarts=3 \\
+        --rdzv-backend=c10d \\
         --rdzv-endpoint=node0:29400 --rdzv-id=ch14 --rdzv-conf=last_call_timeout=5 \\
         scripts/14_fault_tolerance/train_resilient.py --checkpoint-dir /shared/ck4 --global-batch-size 32
 """
