@@ -135,12 +135,12 @@ def bare_all_reduce_loop(tensor: torch.Tensor, iters: int, warmup: int) -> float
     dist.barrier()
     if cuda:
         torch.cuda.synchronize(tensor.device)
-    start = time.perf_counter()
+    start = time.perf_counter()  # gpu-checked: after the synchronize
     for _ in range(iters):
         dist.all_reduce(tensor)
     if cuda:
         torch.cuda.synchronize(tensor.device)
-    return (time.perf_counter() - start) / iters
+    return (time.perf_counter() - start) / iters  # gpu-checked: after the synchronize
 # --8<-- [end:bare]
 
 

@@ -60,12 +60,12 @@ def train_steps(model: nn.Module, inputs, labels, args, device: torch.device) ->
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             torch.cuda.synchronize(device)
-            start = time.perf_counter()
+            start = time.perf_counter()  # gpu-checked: after the synchronize
         optimizer.zero_grad(set_to_none=True)
         loss_fn(model(inputs), labels).backward()
         optimizer.step()
     torch.cuda.synchronize(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start  # gpu-checked: after the synchronize
 
 
 # --8<-- [start:dataparallel]

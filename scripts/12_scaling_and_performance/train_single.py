@@ -47,7 +47,7 @@ def start_monitor(directory: str | None) -> Monitor | None:
 def main() -> None:
     args = parse_args()
     # 1. One process, one device.
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # gpu-checked: one GPU
     world_size, rank = 1, 0
     torch.manual_seed(args.seed)
     # 2. The data, and the loader of --variant.

@@ -251,7 +251,7 @@ def main() -> None:
     plain_load, equal = "failed", "no"
     if ctx.rank == 0:
         # --8<-- [start:load]
-        state = torch.load(path, map_location="cpu", weights_only=True)["model"]
+        state = torch.load(path, map_location="cpu", weights_only=True)["model"]  # gpu-checked: CPU model
         print0(f"saved {path.name}: first key {next(iter(state))!r}")
         plain = MLP(args.width)  # an inference script: no DDP, no compile
         try:
