@@ -273,11 +273,21 @@ def captured_run(name: str) -> Result:
     done = _future(name)
     if not done.done():
         with _chapter_lock(name):
-            for needed in (*CAPTURE_NEEDS.get(name, ()), name):
-                if _claim(needed):
-                    with background_paused() if needed in TIMED_CAPTURES else contextlib.nullcontext():
-                        _execute(needed)
+            _run_unclaimed(name)
     return done.result()
+
+
+def _run_unclaimed(name: str) -> None:
+    """Run what `name` needs and `name`, those of them no runner has taken (the caller holds
+    the chapter's lock)."""
+    in_background = threading.current_thread() is _BACKGROUND_THREAD
+    for needed in (*CAPTURE_NEEDS.get(name, ()), name):
+        timed = needed in TIMED_CAPTURES
+        if timed and in_background:
+            return  # left to the foreground, which runs it with the background paused
+        if _claim(needed):
+            with background_paused() if timed else contextlib.nullcontext():
+                _execute(needed)
 
 
 def _run_in_background(names: list[str]) -> None:
@@ -290,8 +300,7 @@ def _run_in_background(names: list[str]) -> None:
             if not lock.acquire(blocking=False):  # the foreground runs this chapter: leave it
                 continue
             try:
-                if _claim(name):
-                    _execute(name)
+                _run_unclaimed(name)
             finally:
                 lock.release()
 
