@@ -100,6 +100,15 @@ def output_or_fail(proc: subprocess.Popen, timeout: float, what: str) -> str:
     return output
 
 
+def log_launch(command: str, seconds: float) -> None:
+    """With LAUNCH_LOG=FILE set, append a line per launch (the test, the thread, the seconds,
+    the command) to FILE: where the suite's time goes, e.g. which commands run twice."""
+    if log := os.environ.get("LAUNCH_LOG"):
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+        with open(log, "a") as file:
+            file.write(f"{test}\t{threading.current_thread().name}\t{seconds:.1f}\t{command}\n")
+
+
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
         cwd: Path = REPO) -> Result:
     """Run cmd to completion, or kill its whole process group after `timeout` seconds."""
@@ -111,6 +120,7 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 1
         stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     output = output_or_fail(proc, timeout, " ".join(map(str, cmd)))
+    log_launch(" ".join(map(str, cmd)), time.monotonic() - start)
     for sign in TEARDOWN_FAILURES:
         assert sign not in output, f"teardown problem ({sign!r}) in: {' '.join(map(str, cmd))}\n{output}"
     return Result(proc.returncode, output, time.monotonic() - start)
@@ -216,6 +226,7 @@ def _run_captured(name: str) -> Result:
     command, _ = read(OUTPUTS / name)
     start = time.monotonic()
     code, output = run_command(command)
+    log_launch(command, time.monotonic() - start)
     for sign in TEARDOWN_FAILURES:
         assert sign not in output, f"teardown problem ({sign!r}) in: {command}\n{output}"
     return Result(code, output, time.monotonic() - start)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env
+from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, log_launch
 
 DAEMONS = ("munged", "slurmctld", "slurmd")  # started in this order, stopped in reverse
 COMMANDS = (*DAEMONS, "mungekey", "sbatch", "srun", "scontrol", "sinfo", "squeue", "scancel", "qsub")
@@ -169,6 +169,7 @@ class SlurmCluster:
         if fields["JobState"] != "COMPLETED" and returncode == 0:
             returncode = 1  # cancelled, timed out, node failure: never a success
         text = f"{submitted.stdout}{_read(output)}"
+        log_launch(" ".join(map(str, submit_cmd)), time.monotonic() - start)
         for sign in TEARDOWN_FAILURES:
             assert sign not in text, f"teardown problem ({sign!r}) in the job's output:\n{text}"
         return Result(returncode, text, time.monotonic() - start)

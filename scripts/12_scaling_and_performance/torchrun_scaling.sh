@@ -10,6 +10,8 @@
 # of the job's GPUs (CPU cores without GPUs), with the side-by-side ceiling. Its plot goes to
 # $PLOT (default: scaling_<job id>.png in your home directory), the monitor's CSV and plot
 # to $MONITOR_DIR (default: monitor_<job id>/ next to the plot). A CIFAR-10 copy: DATA_DIR=...
+# Steps per epoch of every run: STEPS (default 8; the study leaves out its first 2, so more
+# steps give steadier step times: qsub -v STEPS=30 ...).
 #
 # Submit from the repository root:
 #     qsub scripts/12_scaling_and_performance/torchrun_scaling.sh
@@ -27,12 +29,14 @@ data=()
 if [[ -n "${DATA_DIR:-}" ]]; then data=(--data-dir "$DATA_DIR"); fi
 plot="${PLOT:-$HOME/scaling_${JOB_ID}.png}"
 monitor_dir="${MONITOR_DIR:-$(dirname "$plot")/monitor_${JOB_ID}}"
-launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant bad --steps-per-epoch 8 "${data[@]}"
-launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant good --steps-per-epoch 8 \
+steps="${STEPS:-8}"
+launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant bad --steps-per-epoch "$steps" \
+    "${data[@]}"
+launch_torchrun scripts/12_scaling_and_performance/train_ddp.py --variant good --steps-per-epoch "$steps" \
     --monitor-dir "$monitor_dir" "${data[@]}"
 
 # The study: 1, 2, 4, ... ranks up to this node's processes, a batch that splits over each.
 ranks=() n=1
 while (( n <= NPROC_PER_NODE )); do ranks+=("$n"); n=$(( n * 2 )); done
 python scripts/12_scaling_and_performance/scaling_study.py --ranks "${ranks[@]}" \
-    --batch-size $(( 8 * ranks[-1] )) --plot "$plot"
+    --batch-size $(( 8 * ranks[-1] )) --steps-per-epoch "$steps" --plot "$plot"

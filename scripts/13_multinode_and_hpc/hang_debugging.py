@@ -174,6 +174,12 @@ def main() -> None:
                f"steps_done={steps_done} faulty_rank={faulty_rank}")
         time.sleep(1.0)  # a launcher stops all ranks once one exits: let rank 0 say the above
         raise
+    except Exception:  # this rank's own crash (--fault crash): nothing of the group is in flight
+        # Leave the group before the error ends the process: left to the interpreter's exit,
+        # gloo's teardown can abort it ("terminate called without an active exception", exit
+        # code -6 where torchrun's summary should show this error's 1; seen about once in 8).
+        dist.destroy_process_group()
+        raise
 
     # 5. Done: every rank made the same calls.
     print0(f"summary: variant={args.variant} fault={fault} world_size={ctx.world_size} "
