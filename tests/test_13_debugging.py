@@ -77,10 +77,14 @@ def test_mismatch_detail_names_the_shapes_and_the_fix_completes():
            "OpType=ALLREDUCE, TensorShape=[3]" in line
     assert "Tensor shapes: 4vs 3" in line
     assert float(re.search(r"failed after ([\d.]+) s", line).group(1)) < 4, "DETAIL waited for the timeout"
-    good = torchrun_with(detail, "--variant", "good")
+    # The fix, with C++ logging on too (one launch, both checks): DETAIL finds nothing to
+    # report, and INFO shows c10d's connections.
+    good = torchrun_with({**detail, "TORCH_CPP_LOG_LEVEL": "INFO"}, "--variant", "good")
     assert good.returncode == 0, good.output
     assert good.summary()["outcome"] == "completed"
     assert good.count(LABEL_COUNTS) == 4
+    assert re.search(r"^\[I\d{4} [\d:.]+ socket\.cpp:\d+\] \[c10d\] The client socket has connected to "
+                     r"\S+:\d+ on SocketImpl", good.output, flags=re.M), good.output
 
 
 def test_mismatch_without_detail_is_only_a_timeout_under_mpiexec():
@@ -92,12 +96,9 @@ def test_mismatch_without_detail_is_only_a_timeout_under_mpiexec():
     assert "Detected mismatch" not in result.output and "TensorShape" not in result.output
 
 
-def test_cpp_log_level_info_shows_c10d_connecting():
-    result = torchrun_with({"TORCH_CPP_LOG_LEVEL": "INFO"})
-    assert result.returncode == 0, result.output
-    assert result.summary()["outcome"] == "completed"
-    assert re.search(r"^\[I\d{4} [\d:.]+ socket\.cpp:\d+\] \[c10d\] The client socket has connected to "
-                     r"\S+:\d+ on SocketImpl", result.output, flags=re.M), result.output
+def test_one_process_connects_to_nothing():
+    """(c10d's connections under torchrun, with TORCH_CPP_LOG_LEVEL=INFO: the fix's run in
+    test_mismatch_detail_names_the_shapes_and_the_fix_completes.)"""
     plain = python(DEBUGGING)  # one process: nothing to connect to, and no C++ log lines
     assert plain.returncode == 0, plain.output
     assert plain.summary()["world_size"] == "1" and plain.summary()["outcome"] == "completed"
