@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,10 +204,6 @@ def mpiexec(mpi: str, n: int, path: str, *args: str, launcher_args: tuple[str, .
 # until it is done (background_paused()).
 # A capture that reads what another one wrote runs after it (the background keeps each
 # chapter's captures in name order anyway).
-#
-# Once the captures are done, the background goes on with the tasks registered for it
-# (background_task(): the PBS jobs through qsub, which test_pbs_scripts would otherwise
-# run at its turn), so that the second core stays busy to the end of the foreground.
 CAPTURE_NEEDS = {"17_checkpoint_bad_1.txt": ("17_checkpoint_bad.txt",)}
 TIMED_CAPTURES = {"12_loader_bad.txt", "12_loader_good.txt", "12_comm_bench.txt", "12_profile_step.txt"}
 _CAPTURED_RUNS: dict[str, Future] = {}
@@ -221,7 +216,6 @@ _BACKGROUND_ALLOWED.set()
 _PAUSES = 0  # nesting depth of background_paused() (the foreground thread only)
 _STOPPING = threading.Event()
 _BACKGROUND_THREAD: threading.Thread | None = None
-_TASKS: dict[str, Callable[[], object]] = {}  # background_task()'s, by key, in order
 
 
 def _run_captured(name: str) -> Result:
@@ -257,39 +251,12 @@ def _claim(name: str) -> bool:
         return True
 
 
-def _execute(name: str, work: Callable[[], object] | None = None) -> None:
-    """Run a capture (or a task's `work`) and keep its result, or its error, for every test
-    that asks for it."""
+def _execute(name: str) -> None:
     done = _future(name)
     try:
-        done.set_result(work() if work else _run_captured(name))
+        done.set_result(_run_captured(name))
     except BaseException as error:  # noqa: BLE001 - raised in every test that asks for it
         done.set_exception(error)
-
-
-def background_task(key: str, work: Callable[[], object]) -> None:
-    """Register `work` for the background, to run after the captures; task_result(key)
-    gets its result (register in pytest_collection_finish, before the background starts)."""
-    _TASKS[key] = work
-
-
-def claim_tasks(keys: list[str]) -> list[str]:
-    """Those of these tasks that no runner has taken, now the caller's to run (run_task):
-    the background leaves them."""
-    return [key for key in keys if _claim(key)]
-
-
-def run_task(key: str) -> None:
-    """Run a task the caller has claimed (claim_tasks); task_result() gets its result."""
-    _execute(key, _TASKS[key])
-
-
-def task_result(key: str) -> object:
-    """The result of background_task `key`, once whoever runs it is done; run here and now
-    if no runner has taken it."""
-    if _claim(key):
-        run_task(key)
-    return _future(key).result()
 
 
 @contextlib.contextmanager
@@ -347,13 +314,6 @@ def _run_in_background(names: list[str]) -> None:
                 _run_unclaimed(name)
             finally:
                 lock.release()
-    for key, work in list(_TASKS.items()):
-        _BACKGROUND_ALLOWED.wait()
-        if _STOPPING.is_set():
-            return
-        with _BACKGROUND_SLOT:
-            if _claim(key):
-                _execute(key, work)
 
 
 def prefetch_captured_runs(names: list[str]) -> None:
@@ -361,7 +321,7 @@ def prefetch_captured_runs(names: list[str]) -> None:
     pick up: the last chapter's first, each chapter's in name order. TIMED_CAPTURES are left
     to the foreground."""
     global _BACKGROUND_THREAD
-    if _BACKGROUND_THREAD is not None or not (names or _TASKS):
+    if _BACKGROUND_THREAD is not None or not names:
         return
     chapters = sorted({name[:2] for name in names}, reverse=True)
     queue = [name for chapter in chapters for name in sorted(names)
@@ -372,16 +332,9 @@ def prefetch_captured_runs(names: list[str]) -> None:
 
 
 def pytest_collection_finish(session):
-    """Start the captured commands that test_site will compare in the background, and after
-    them the PBS jobs that test_pbs_scripts will check."""
+    """Start the captured commands that test_site will compare, in the background."""
     comparisons = [item for item in session.items
                    if getattr(item, "originalname", "") == "test_captured_output_matches_a_fresh_run"]
-    jobs = [item.callspec.params["job_script"] for item in session.items
-            if getattr(item, "originalname", "") == "test_job_script_runs_through_slurms_qsub"]
-    if jobs:
-        from test_pbs_scripts import queue_qsub_jobs
-
-        queue_qsub_jobs(session.config, jobs)
     prefetch_captured_runs([item.callspec.params["path"].name for item in comparisons])
 
 

@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,7 +266,6 @@ def _kill_from_pid_file(pid_file: Path, grace_s: float = 10) -> None:
 
 
 _SESSION: dict[str, object] = {}  # the one cluster of this pytest session, or why it failed
-_SESSION_LOCK = threading.Lock()  # the background's PBS jobs ask for it too (conftest)
 
 
 def shared_cluster(config: pytest.Config) -> SlurmCluster:
@@ -276,16 +274,15 @@ def shared_cluster(config: pytest.Config) -> SlurmCluster:
     Test modules wrap it in a session fixture; whichever asks first starts it.
     """
     require_slurm()
-    with _SESSION_LOCK:
-        if "error" in _SESSION:
-            pytest.fail(f"the Slurm cluster did not start: {_SESSION['error']}")
-        if "cluster" not in _SESSION:
-            cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="slurm-tests-")))
-            config.add_cleanup(cluster.stop)  # runs at exit, after failures and Ctrl-C too
-            try:
-                cluster.start()
-            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                _SESSION["error"] = str(exc)
-                pytest.fail(f"the Slurm cluster did not start: {exc}")
-            _SESSION["cluster"] = cluster
-        return _SESSION["cluster"]  # type: ignore[return-value]
+    if "error" in _SESSION:
+        pytest.fail(f"the Slurm cluster did not start: {_SESSION['error']}")
+    if "cluster" not in _SESSION:
+        cluster = SlurmCluster(Path(tempfile.mkdtemp(prefix="slurm-tests-")))
+        config.add_cleanup(cluster.stop)  # runs at exit, after failures and Ctrl-C too
+        try:
+            cluster.start()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            _SESSION["error"] = str(exc)
+            pytest.fail(f"the Slurm cluster did not start: {exc}")
+        _SESSION["cluster"] = cluster
+    return _SESSION["cluster"]  # type: ignore[return-value]

@@ -145,7 +145,10 @@ def test_slurm_job_signalled_saves_exits_75_and_requeues_and_the_next_job_resume
         assert signalled.returncode == 0, signalled.stdout
         slurm.wait_for_output(output, "requeueing job", timeout=120)
         deadline = time.monotonic() + 60
-        while (fields := slurm.job(job_id)).get("JobState") != "PENDING" or fields.get("Restarts") != "1":
+        # Requeued, and the scheduler has said why it waits: Reason=None until it has looked
+        # at the job (a moment longer while another job keeps the controller busy).
+        while ((fields := slurm.job(job_id)).get("JobState") != "PENDING" or fields.get("Restarts") != "1"
+               or fields.get("Reason") == "None"):
             assert time.monotonic() < deadline, f"job {job_id} not requeued: {fields}\n{output.read_text()}"
             time.sleep(0.2)
     finally:

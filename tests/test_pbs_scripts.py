@@ -3,28 +3,14 @@ through Slurm's PBS-compatible qsub (slurm-wlm-torque), which reads their #PBS d
 
 from __future__ import annotations
 
-import functools
 import re
-import shutil
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import (
-    MPI_VENVS,
-    REPO,
-    Result,
-    background_task,
-    claim_tasks,
-    clean_env,
-    mpi_env,
-    run,
-    run_task,
-    task_result,
-)
+from conftest import MPI_VENVS, REPO, Result, clean_env, mpi_env, run
 from slurm_cluster import shared_cluster
 
 from utils.distributed import job_port
@@ -172,10 +158,14 @@ def test_job_script_runs_under_bash_as_pbs_would(tmp_path):
     assert_job_output(result.output, job_script)
 
 
-# The jobs the background has not taken run side by side here, this many at a time (the test
-# cluster's node has room for three jobs of ncpus=16, so the background's job may be a third
-# for a while): one job alone keeps about 1.3 of the two cores busy (start-up, imports,
-# waits for Slurm); two fill them, three only crowd them (measured: no faster than two).
+@pytest.fixture(scope="session")
+def slurm(request):
+    return shared_cluster(request.config)
+
+
+# Jobs run side by side, this many at a time (the test cluster's node has room for three jobs
+# of ncpus=16): one job alone keeps about 1.3 of the two cores busy (start-up, imports, waits
+# for Slurm); two fill them, three only crowd them (measured: no faster than two).
 JOBS_AT_ONCE = 2
 
 
@@ -199,38 +189,23 @@ def run_through_qsub(slurm, tmp_path: Path, job_script: Path) -> QsubRun:
     return QsubRun(result, slurm.job(job_id) if job_id.isdigit() else {})
 
 
-def qsub_key(job_script: Path) -> str:
-    return f"qsub {script_id(job_script)}"
-
-
-def queue_qsub_jobs(config: pytest.Config, job_scripts: list[Path]) -> None:
-    """Hand the jobs to the background (conftest.background_task): it submits them one at a
-    time once its captures are done; qsub_runs below runs the ones it has not reached."""
-    def submit(job_script: Path) -> QsubRun:
-        tmp_path = Path(tempfile.mkdtemp(prefix=f"qsub-{job_script.stem}-"))
-        config.add_cleanup(functools.partial(shutil.rmtree, tmp_path, ignore_errors=True))
-        return run_through_qsub(shared_cluster(config), tmp_path, job_script)
-
-    for job_script in dict.fromkeys(job_scripts):
-        background_task(qsub_key(job_script), functools.partial(submit, job_script))
-
-
 @pytest.fixture(scope="module")
-def qsub_runs():
-    """At the first test that asks, the jobs the background has not taken start here,
-    JOBS_AT_ONCE at a time; each test waits for its own job (task_result)."""
+def qsub_runs(slurm, tmp_path_factory):
+    """Every job script submitted at the first test that asks, JOBS_AT_ONCE at a time; each
+    test waits for its own job."""
     with ThreadPoolExecutor(max_workers=JOBS_AT_ONCE, thread_name_prefix="qsub") as pool:
-        pending = [pool.submit(run_task, key) for key in claim_tasks([qsub_key(job) for job in JOB_SCRIPTS])]
-        yield
-        for job in pending:
-            job.cancel()
+        runs = {job: pool.submit(run_through_qsub, slurm, tmp_path_factory.mktemp(job.stem), job)
+                for job in JOB_SCRIPTS}
+        yield runs
+        for pending in runs.values():
+            pending.cancel()
 
 
 @pytest.mark.parametrize("job_script", JOB_SCRIPTS, ids=script_id)
 def test_job_script_runs_through_slurms_qsub(qsub_runs, job_script):
     """Slurm's qsub hands the script to sbatch, which reads its #PBS directives. No
     PBS_NODEFILE: the nodes come from Slurm."""
-    qsub_run = task_result(qsub_key(job_script))
+    qsub_run = qsub_runs[job_script].result()
     result = qsub_run.result
     assert result.returncode == 0, result.output
     job_id = result.output.split()[0]
