@@ -189,13 +189,20 @@ def run_through_qsub(slurm, tmp_path: Path, job_script: Path) -> QsubRun:
     return QsubRun(result, slurm.job(job_id) if job_id.isdigit() else {})
 
 
+def selected_job_scripts(session: pytest.Session) -> list[Path]:
+    """The job scripts of the qsub tests this session runs (all of them, unless -k or a node
+    id picks some): a session that runs one qsub test submits one job."""
+    return [item.callspec.params["job_script"] for item in session.items
+            if getattr(item, "originalname", "") == "test_job_script_runs_through_slurms_qsub"]
+
+
 @pytest.fixture(scope="module")
-def qsub_runs(slurm, tmp_path_factory):
-    """Every job script submitted at the first test that asks, JOBS_AT_ONCE at a time; each
-    test waits for its own job."""
+def qsub_runs(slurm, tmp_path_factory, request):
+    """The session's job scripts submitted at the first test that asks, JOBS_AT_ONCE at a
+    time; each test waits for its own job."""
     with ThreadPoolExecutor(max_workers=JOBS_AT_ONCE, thread_name_prefix="qsub") as pool:
         runs = {job: pool.submit(run_through_qsub, slurm, tmp_path_factory.mktemp(job.stem), job)
-                for job in JOB_SCRIPTS}
+                for job in selected_job_scripts(request.session)}
         yield runs
         for pending in runs.values():
             pending.cancel()
