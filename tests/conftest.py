@@ -331,11 +331,17 @@ def prefetch_captured_runs(names: list[str]) -> None:
     _BACKGROUND_THREAD.start()
 
 
+def selected_params(session: pytest.Session, test: str, param: str) -> list:
+    """The values of `param` in the selected runs of the parametrized `test`: what this
+    session (after -k, -m or node ids) will ask for, so that a fixture starts only that."""
+    return [item.callspec.params[param] for item in session.items
+            if getattr(item, "originalname", "") == test]
+
+
 def pytest_collection_finish(session):
     """Start the captured commands that test_site will compare, in the background."""
-    comparisons = [item for item in session.items
-                   if getattr(item, "originalname", "") == "test_captured_output_matches_a_fresh_run"]
-    prefetch_captured_runs([item.callspec.params["path"].name for item in comparisons])
+    paths = selected_params(session, "test_captured_output_matches_a_fresh_run", "path")
+    prefetch_captured_runs([path.name for path in paths])
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import MPI_VENVS, REPO, Result, clean_env, mpi_env, run
+from conftest import MPI_VENVS, REPO, Result, clean_env, mpi_env, run, selected_params
 from slurm_cluster import shared_cluster
 
 from utils.distributed import job_port
@@ -189,20 +189,14 @@ def run_through_qsub(slurm, tmp_path: Path, job_script: Path) -> QsubRun:
     return QsubRun(result, slurm.job(job_id) if job_id.isdigit() else {})
 
 
-def selected_job_scripts(session: pytest.Session) -> list[Path]:
-    """The job scripts of the qsub tests this session runs (all of them, unless -k or a node
-    id picks some): a session that runs one qsub test submits one job."""
-    return [item.callspec.params["job_script"] for item in session.items
-            if getattr(item, "originalname", "") == "test_job_script_runs_through_slurms_qsub"]
-
-
 @pytest.fixture(scope="module")
 def qsub_runs(slurm, tmp_path_factory, request):
-    """The session's job scripts submitted at the first test that asks, JOBS_AT_ONCE at a
-    time; each test waits for its own job."""
+    """The job scripts of the session's qsub tests (all, unless -k or a node id picks some),
+    submitted at the first test that asks, JOBS_AT_ONCE at a time; each test waits for its own."""
     with ThreadPoolExecutor(max_workers=JOBS_AT_ONCE, thread_name_prefix="qsub") as pool:
         runs = {job: pool.submit(run_through_qsub, slurm, tmp_path_factory.mktemp(job.stem), job)
-                for job in selected_job_scripts(request.session)}
+                for job in selected_params(request.session, "test_job_script_runs_through_slurms_qsub",
+                                           "job_script")}
         yield runs
         for pending in runs.values():
             pending.cancel()
