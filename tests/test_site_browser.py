@@ -11,6 +11,7 @@ Chromium or Playwright the browser tests skip, and fail under CI.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -232,10 +233,18 @@ def test_search_finds_a_chapter(site, server, browser):
             results.first.wait_for(state="attached")
         except Exception as error:
             raise AssertionError(f"searching {word!r} found nothing: {meta.text_content()!r}") from error
-        hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
+        # The list re-renders as each typed key arrives: wait for a result that leads to the
+        # chapter, then read every link at once (one by one, the list can change in between).
+        chapter = "chapters/07_batchnorm_and_buffers"
+        from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+        with contextlib.suppress(PlaywrightTimeoutError):  # not found: the assert below shows what was
+            page.wait_for_function("([selector, chapter]) => [...document.querySelectorAll(selector)]"
+                                   ".some(link => (link.getAttribute('href') || '').includes(chapter))",
+                                   arg=[".md-search-result__item a", chapter])
+        hrefs = results.evaluate_all("links => links.map(link => link.getAttribute('href'))")
     finally:
         context.close()
-    assert any("chapters/07_batchnorm_and_buffers" in href for href in hrefs), hrefs
+    assert any(chapter in href for href in hrefs), hrefs
 
 
 def test_each_chapter_links_its_scripts_to_their_source_pages(site):
