@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 from conftest import mpiexec, observed_writes, python, torchrun, writes_to
 from torch import nn
 
-from utils.checkpoint import atomic_torch_save, strip_prefixes, unwrap_model
+from utils.checkpoint import TEMP_PREFIX, atomic_torch_save, strip_prefixes, unwrap_model
 from utils.logging_utils import get_logger
 
 SCRIPT = "04_logging_and_checkpoints/train_with_checkpoints.py"
@@ -168,6 +170,34 @@ def test_atomic_save_keeps_the_old_file_when_a_save_fails(tmp_path):
         atomic_torch_save({"epoch": 2, "weights": torch.ones(1000), "tail": FailsMidSave()}, path)
     assert torch.load(path, weights_only=True) == {"epoch": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_atomic_save_syncs_the_file_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
+    """A rename survives a power cut only if the file's bytes reached the disk before it
+    (fsync of the temporary file) and the directory entry after it (fsync of the directory).
+    The calls are recorded in order, each fsync with what its descriptor points at."""
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        calls.append(("fsync", st.st_ino, "directory" if stat.S_ISDIR(st.st_mode) else st.st_size))
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        calls.append(("replace", Path(src).name, Path(dst).name))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = tmp_path / "checkpoint.pt"
+    atomic_torch_save({"weights": torch.ones(1000)}, path)
+    saved = path.stat()  # the renamed temporary file: same inode
+    assert calls == [
+        ("fsync", saved.st_ino, saved.st_size),  # the temporary file, complete, before the rename
+        ("replace", f"{TEMP_PREFIX}checkpoint.pt.{os.getpid()}.tmp", "checkpoint.pt"),
+        ("fsync", tmp_path.stat().st_ino, "directory"),  # the directory holding the new name
+    ]
 
 
 def test_unwrap_and_strip_prefixes():
