@@ -87,6 +87,39 @@ def test_memory_table_at_1_2_4_ranks():
                         16 * PARAMS // n]
 
 
+def shard_sizes(world_size: int) -> list[int]:
+    """Parameters each rank of `world_size` holds after shard_model(): every rank's FSDP2
+    shards built in this one process, rank by rank, over a fake process group (no
+    collectives run: fully_shard only cuts the tensors)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from utils.fsdp import build_model, local_bytes, shard_model
+
+    sizes = []
+    for rank in range(world_size):
+        dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
+        try:
+            mesh = init_device_mesh("cpu", (world_size,))
+            model = shard_model(build_model(0, torch.device("cpu")), mesh)
+            sizes.append(local_bytes(model.parameters()) // 4)  # fp32: 4 bytes each
+        finally:
+            dist.destroy_process_group()
+    return sizes
+
+
+def test_16p_over_n_is_exact_up_to_4_ranks_and_not_at_8():
+    """The page: 16P/N holds while N divides every first dimension; at 8 ranks the head's 4
+    rows (and 4 biases) go to ranks 0-3, which then hold 65 parameters more than ranks 4-7."""
+    assert shard_sizes(4) == [PARAMS // 4] * 4
+    at_8 = shard_sizes(8)
+    assert sum(at_8) == PARAMS and PARAMS % 8 == 4
+    head = BlockModel().head
+    assert head.weight.shape == (4, 64) and head.bias.shape == (4,)
+    assert at_8[:4] == [at_8[4] + 65] * 4 and at_8[4:] == [at_8[4]] * 4
+
+
 def test_bf16_policy_and_parameters_kept_gathered(bf16_2):
     _, summary = bf16_2
     assert summary["precision"] == "bf16"
