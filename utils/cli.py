@@ -210,8 +210,10 @@ def make_parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser with the flags every script takes: --backend, --timeout, --seed."""
     parser = _Parser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--backend", choices=["auto", "nccl", "gloo"], default=os.environ.get("DDP_BACKEND", "auto"),
-        help="process-group backend; auto = nccl with CUDA GPUs, else gloo "
+        "--backend", choices=["auto", "nccl", "gloo", "gloo-cuda"],
+        default=os.environ.get("DDP_BACKEND", "auto"),
+        help="process-group backend; auto = nccl with CUDA GPUs, else gloo; gloo-cuda = "
+        "gloo on GPUs, several ranks per GPU allowed (learning, testing) "
         "(default: $DDP_BACKEND or auto)",
     )
     parser.add_argument(
