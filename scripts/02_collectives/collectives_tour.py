@@ -21,7 +21,13 @@ import torch
 import torch.distributed as dist
 
 from utils.cli import make_parser
-from utils.distributed import DistributedContext, cleanup_distributed, print0, setup_distributed
+from utils.distributed import (
+    DistributedContext,
+    cleanup_distributed,
+    p2p_device,
+    print0,
+    setup_distributed,
+)
 
 
 def parse_args():
@@ -135,9 +141,10 @@ def main() -> None:
     #    the next rank and receives from the previous one. batch_isend_irecv posts the send
     #    and the receive together, as one batch: no rank's send waits behind its own
     #    receive or the other way round (under nccl, separate isend/irecv calls can hang).
+    #    p2p_device: ctx.device, or the CPU where gloo runs on GPUs (--backend gloo-cuda).
     if world > 1:
-        outgoing = torch.tensor([float(rank)], device=ctx.device)
-        incoming = torch.full((1,), -1.0, device=ctx.device)
+        outgoing = torch.tensor([float(rank)], device=p2p_device(ctx))
+        incoming = torch.full((1,), -1.0, device=p2p_device(ctx))
         requests = dist.batch_isend_irecv([  # gpu-checked: batched, safe on nccl
             dist.P2POp(dist.isend, outgoing, (rank + 1) % world),
             dist.P2POp(dist.irecv, incoming, (rank - 1) % world),
