@@ -87,6 +87,7 @@ def main() -> None:
         model.train()
         loss_sum, samples_this_rank = torch.zeros((), device=ctx.device), 0
         start = synchronized_clock(ctx.device)
+        # --8<-- [start:step]
         for inputs, labels in loader:
             inputs = inputs.to(ctx.device, non_blocking=True)  # asynchronous from pinned memory
             labels = labels.to(ctx.device, non_blocking=True)
@@ -94,6 +95,7 @@ def main() -> None:
             loss = loss_fn(model(inputs), labels)
             loss.backward()  # DDP all-reduces the gradients here
             optimizer.step()
+            # --8<-- [end:step]
             loss_sum += loss.detach() * len(labels)
             samples_this_rank += len(labels)
         epoch_seconds.append(synchronized_clock(ctx.device) - start)
