@@ -5,12 +5,18 @@ a fake `nvidia-smi` stands on PATH where a test needs one.
 - which GPU a rank uses, for every way sites bind GPUs to ranks (utils/distributed.py's
   visible_device_index, through setup_distributed's backend and device choice);
 - the silent-CPU guard: a job that was given GPUs but whose torch cannot use CUDA stops
-  with one line that says why and how to force CPUs, instead of training on gloo.
+  with one line that says why and how to force CPUs, instead of training on gloo;
+- the shared mode (--backend gloo-cuda): which GPU each rank takes, and CPU tensors for
+  point-to-point calls;
+- two nccl ranks on one physical GPU (fake UUIDs, ranks as threads sharing one store):
+  every rank stops with one message; per-task binding (each rank's own GPU as device 0) passes.
 """
 
 from __future__ import annotations
 
 import stat
+import threading
+import types
 
 import pytest
 import torch
@@ -189,7 +195,116 @@ def test_failure_demonstrations_run_over_gloo_on_cpu_tensors_under_nccl():
         assert (dist.get_backend(group), device) == ("gloo", torch.device("cpu"))
         assert dist.get_backend(timeout_group(gpu_job, 5.0)[0]) == "gloo"  # the job's: gloo here
         assert timeout_group(gpu_job, 5.0)[1] == torch.device("cuda", 0)  # its device: the GPU
+        shared_job = dataclasses.replace(gpu_job, backend="gloo")  # --backend gloo-cuda
+        assert timeout_group(shared_job, 5.0, expect_failure=True)[1] == torch.device("cpu")
+        assert timeout_group(shared_job, 5.0)[1] == torch.device("cuda", 0)
         cpu_job = dataclasses.replace(gpu_job, device=torch.device("cpu"), backend="gloo")
         assert timeout_group(cpu_job, 5.0, expect_failure=True)[1] == torch.device("cpu")
     finally:
         dist.destroy_process_group()
+
+
+# ---- 3. the shared mode (--backend gloo-cuda): many ranks on fewer GPUs, over gloo
+@pytest.mark.parametrize(("visible", "expected"), [(1, [0, 0, 0, 0]), (2, [0, 1, 0, 1]), (4, [0, 1, 2, 3])])
+def test_shared_mode_takes_the_visible_gpus_in_turn(monkeypatch, visible, expected):
+    fake_gpus(monkeypatch, visible)
+    for local_rank in range(4):
+        env = {**TORCHRUN, "RANK": str(local_rank), "LOCAL_RANK": str(local_rank)}
+        assert pick("gloo-cuda", env) == ("gloo", torch.device("cuda", expected[local_rank]))
+        assert pick("GLOO-CUDA", env)[0] == "gloo"  # DDP_BACKEND may be spelled in capitals
+
+
+def test_shared_mode_without_cuda_says_so(monkeypatch):
+    fake_gpus(monkeypatch, 0)
+    with pytest.raises(DistributedSetupError,
+                       match=r"--backend gloo-cuda needs CUDA GPUs .*--backend gloo\."):
+        pick("gloo-cuda", {"PATH": "/nonexistent", **TORCHRUN})
+
+
+def test_point_to_point_goes_through_cpu_tensors_in_the_shared_mode():
+    from utils.distributed import DistributedContext, p2p_device
+
+    def ctx(backend: str, device: str) -> DistributedContext:
+        return DistributedContext(rank=0, local_rank=0, world_size=2, local_world_size=2,
+                                  device=torch.device(device), backend=backend, launcher="torchrun")
+    assert p2p_device(ctx("gloo", "cuda:0")) == torch.device("cpu")  # the shared mode
+    assert p2p_device(ctx("nccl", "cuda:1")) == torch.device("cuda", 1)
+    assert p2p_device(ctx("gloo", "cpu")) == torch.device("cpu")
+
+
+# ---- 4. two nccl ranks on one physical GPU: one message before NCCL's own
+def fake_uuids(monkeypatch, uuids: dict[int, dict[int, str]]) -> None:
+    """torch.cuda.get_device_properties as each rank (a thread named rank<N>) would see it:
+    uuids[rank][device index] is the UUID of the GPU that rank sees at that index."""
+    def properties(device):
+        rank = int(threading.current_thread().name.removeprefix("rank"))
+        return types.SimpleNamespace(uuid=uuids[rank][torch.device(device).index])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+
+
+def check_all(devices: list[int], world_size: int | None = None, timeout_s: float = 10.0) -> dict[int, str]:
+    """check_distinct_gpus on every rank (threads sharing one store): rank -> '' or its error."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from utils.distributed import LaunchInfo, check_distinct_gpus
+
+    store, outcome = dist.HashStore(), {}
+    world = world_size or len(devices)
+
+    def rank_main(rank: int) -> None:
+        info = LaunchInfo("torchrun", rank, world, rank, world)
+        try:
+            check_distinct_gpus(store, info, torch.device("cuda", devices[rank]),
+                                datetime.timedelta(seconds=timeout_s))
+            outcome[rank] = ""
+        except DistributedSetupError as error:
+            outcome[rank] = str(error)
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"rank{r}") for r in range(len(devices))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s + 5)
+    assert not any(thread.is_alive() for thread in threads), "check_distinct_gpus hung"
+    return outcome
+
+
+def test_per_task_binding_passes_every_rank_sees_its_own_gpu_as_0(monkeypatch):
+    fake_uuids(monkeypatch, {r: {0: f"GPU-{r}"} for r in range(4)})  # srun --gpus-per-task=1
+    assert check_all([0, 0, 0, 0]) == {0: "", 1: "", 2: "", 3: ""}
+
+
+def test_all_gpus_visible_passes_one_rank_per_index(monkeypatch):
+    fake_uuids(monkeypatch, {r: {0: "GPU-a", 1: "GPU-b"} for r in range(2)})
+    assert check_all([0, 1]) == {0: "", 1: ""}
+
+
+def test_two_ranks_on_one_gpu_stop_every_rank_with_one_message(monkeypatch):
+    # torchrun --nproc_per_node=2 on one GPU: both ranks get cuda:0, the same GPU
+    fake_uuids(monkeypatch, {r: {0: "GPU-aaaa"} for r in range(2)})
+    outcome = check_all([0, 0])
+    assert set(outcome) == {0, 1} and all(outcome.values()), outcome
+    first = outcome[0]
+    for fragment in ("2 ranks on", "would use the same GPU (GPU-aaaa)", "rank 0 as cuda:0",
+                     "rank 1 as cuda:0", "Duplicate GPU detected", "one process per GPU",
+                     "--nproc_per_node", "--backend gloo-cuda", "DDP_BACKEND=gloo-cuda"):
+        assert fragment in first, first
+    assert outcome[1] == ("setup_distributed: rank 1 stops: ranks 0 and 1 would share one GPU "
+                          "under nccl (rank 0 says more).")
+
+
+def test_a_clash_between_other_ranks_stops_rank_0_too(monkeypatch):
+    # 4 ranks: 0 and 1 on their own GPUs, 2 and 3 bound to the same one (different indices)
+    fake_uuids(monkeypatch, {0: {0: "GPU-a"}, 1: {0: "GPU-b"}, 2: {0: "GPU-c"}, 3: {1: "GPU-c"}})
+    outcome = check_all([0, 0, 0, 1])
+    assert all(outcome.values()), outcome
+    assert "rank 2 as cuda:0" in outcome[0] and "rank 3 as cuda:1" in outcome[0], outcome[0]
+
+
+def test_a_missing_rank_ends_the_check_in_its_timeout(monkeypatch):
+    fake_uuids(monkeypatch, {r: {0: f"GPU-{r}"} for r in range(2)})
+    outcome = check_all([0, 0], world_size=3, timeout_s=1.0)  # rank 2 never comes
+    for rank in (0, 1):
+        assert "waited 1 s for the other ranks to say which GPU they use" in outcome[rank], outcome
