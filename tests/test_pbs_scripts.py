@@ -15,8 +15,10 @@ from slurm_cluster import shared_cluster
 
 from utils.distributed import job_port
 
-# A PBS job script is one with #PBS directives (the Slurm ones, #SBATCH, are test_slurm.py's).
-JOB_SCRIPTS = sorted(p for p in REPO.glob("scripts/*/*.sh") if "\n#PBS " in p.read_text())
+# A PBS job script is one with #PBS directives (the Slurm ones, #SBATCH, are test_slurm.py's;
+# the porting page's template, which sources nothing from here, is test_00_porting.py's).
+JOB_SCRIPTS = sorted(p for p in REPO.glob("scripts/*/*.sh")
+                     if "\n#PBS " in p.read_text() and p.parent.name != "00_porting")
 
 
 def script_id(path: Path) -> str:

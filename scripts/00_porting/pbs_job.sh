@@ -1,0 +1,71 @@
+#!/bin/bash
+#PBS -N ddp_train
+#PBS -l select=2:ncpus=16:ngpus=4
+#PBS -l walltime=00:30:00
+#PBS -j oe
+# Your DDP script on PBS Pro: N nodes x G GPUs (select=N:...:ngpus=G above). Copy this file
+# into your project: it uses nothing from this repository. Edit the lines marked EDIT, add
+# your site's account and queue (#PBS -A ..., #PBS -q ...), and submit from the folder the
+# paths below are relative to:
+#     qsub pbs_job.sh
+# What it does: mpiexec starts one torchrun on each node; the torchruns meet at the first
+# node, on a port derived from the job id, and each starts one process per GPU.
+# Without PBS (no node file), `bash pbs_job.sh` runs it on this machine alone.
+set -euo pipefail
+
+# --8<-- [start:edit]
+# ---- EDIT these lines (each can also be set in the environment: qsub -v NAME=value) -------
+TRAIN_SCRIPT="${TRAIN_SCRIPT:-scripts/00_porting/train_ddp.py}"  # EDIT: your DDP script
+TRAIN_ARGS="${TRAIN_ARGS:-}"                                      # EDIT: its flags
+VENV="${VENV:-$HOME/venvs/ddp}"                                   # EDIT: your virtual environment
+GPUS_PER_NODE="${GPUS_PER_NODE:-4}"                               # EDIT: ngpus above
+CPU_PROCESSES_PER_NODE="${CPU_PROCESSES_PER_NODE:-2}"             # without GPUs (a CPU test)
+# EDIT: what starts one process on each node (-n <nodes> is added). Cray PALS and MPICH:
+# mpiexec --ppn 1. Open MPI: mpiexec --map-by ppr:1:node.
+NODE_LAUNCHER="${NODE_LAUNCHER:-mpiexec --ppn 1}"
+# -----------------------------------------------------------------------------------------
+# --8<-- [end:edit]
+
+cd "${PBS_O_WORKDIR:-$PWD}"  # PBS starts the job in $HOME: back to where qsub ran
+# shellcheck source=/dev/null
+source "$VENV/bin/activate"  # (and `module load ...` here, if your site needs modules)
+read -r -a train_args <<< "$TRAIN_ARGS"
+read -r -a node_launcher <<< "$NODE_LAUNCHER"
+
+# The job's nodes, each once, in order (the node file has a line per CPU or chunk); the first
+# one hosts the rendezvous. No node file: this machine alone.
+if [[ -n "${PBS_NODEFILE:-}" ]]; then
+    mapfile -t nodes < <(awk 'NF && !seen[$1]++ {print $1}' "$PBS_NODEFILE")
+else
+    nodes=(localhost)
+fi
+rdzv_host=${nodes[0]}
+# A port derived from the job id's number, never a fixed one: two jobs on one node do not
+# collide. (SLURM_JOB_ID: under Slurm's qsub; $$: run by hand.)
+job_id=${PBS_JOBID:-${SLURM_JOB_ID:-$$}}
+job_number=${job_id%%[!0-9]*}
+rdzv_port=$((15000 + 10#${job_number:-0} % 17000))
+# One process per GPU; without GPUs, CPU processes (gloo).
+if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true) -gt 0 ]]; then
+    nproc_per_node=$GPUS_PER_NODE
+else
+    nproc_per_node=$CPU_PROCESSES_PER_NODE
+fi
+echo "job $job_id: ${#nodes[@]} node(s) [${nodes[*]}] x $nproc_per_node process(es);" \
+     "rendezvous $rdzv_host:$rdzv_port"
+
+# What runs on each node: torchrun, told whether it hosts the rendezvous (on the node this
+# script runs on, the first one). torchrun would guess it from host names, and guesses wrong
+# where the node file's names are not what `hostname` says (HPE/Cray: x1000c0s0b0n0.hsn...
+# for x1000c0s0b0n0). Arguments: this node's host name, torchrun's path, then torchrun's.
+# shellcheck disable=SC2016  # expanded on each node, not here
+on_each_node='first=$1 torchrun=$2; shift 2; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
+cmd=(bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
+     --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
+     --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$job_id"
+     "$TRAIN_SCRIPT" "${train_args[@]}")
+if [[ ${#nodes[@]} -gt 1 ]]; then  # one node: no launcher needed
+    cmd=("${node_launcher[@]}" -n "${#nodes[@]}" "${cmd[@]}")
+fi
+echo "+ ${cmd[*]}"
+"${cmd[@]}"

@@ -1,0 +1,57 @@
+#!/bin/bash
+#SBATCH --job-name=ddp_train
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=4
+#SBATCH --cpus-per-task=16
+#SBATCH --time=00:30:00
+# Your DDP script on Slurm: N nodes x G GPUs (--nodes, --gpus-per-node above). Copy this file
+# into your project: it uses nothing from this repository. Edit the lines marked EDIT, add
+# your site's account and partition (#SBATCH -A ..., #SBATCH -p ...), and submit from the
+# folder the paths below are relative to:
+#     sbatch slurm_job.sh
+# What it does: srun starts one torchrun on each node (one task per node); the torchruns meet
+# at the first node, on a port derived from the job id, and each starts one process per GPU.
+set -euo pipefail
+
+# --8<-- [start:edit]
+# ---- EDIT these lines (each can also be set in the environment: sbatch exports it) --------
+TRAIN_SCRIPT="${TRAIN_SCRIPT:-scripts/00_porting/train_ddp.py}"  # EDIT: your DDP script
+TRAIN_ARGS="${TRAIN_ARGS:-}"                                      # EDIT: its flags
+VENV="${VENV:-$HOME/venvs/ddp}"                                   # EDIT: your virtual environment
+CPU_PROCESSES_PER_NODE="${CPU_PROCESSES_PER_NODE:-2}"             # without GPUs (a CPU test)
+# -----------------------------------------------------------------------------------------
+# --8<-- [end:edit]
+
+# shellcheck source=/dev/null
+source "$VENV/bin/activate"  # (and `module load ...` here, if your site needs modules)
+read -r -a train_args <<< "$TRAIN_ARGS"
+
+# The job's nodes, each once, in order; the first one hosts the rendezvous.
+mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+rdzv_host=${nodes[0]}
+# A port derived from the job id, never a fixed one: two jobs on one node do not collide.
+rdzv_port=$((15000 + SLURM_JOB_ID % 17000))
+# One process per GPU; without GPUs, CPU processes (gloo).
+nproc_per_node=${SLURM_GPUS_ON_NODE:-0}
+if [[ ! "$nproc_per_node" =~ ^[1-9][0-9]*$ ]]; then
+    nproc_per_node=$CPU_PROCESSES_PER_NODE
+fi
+echo "job $SLURM_JOB_ID: ${#nodes[@]} node(s) [${nodes[*]}] x $nproc_per_node process(es);" \
+     "rendezvous $rdzv_host:$rdzv_port"
+
+# srun gives its tasks one CPU each unless told the job's --cpus-per-task (Slurm 22.05+).
+export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-1}"
+# What runs on each node: torchrun, told whether it hosts the rendezvous (on the node this
+# script runs on, the first one). torchrun would guess it from host names, and guesses wrong
+# where the node list's names are not what `hostname` says. Arguments: this node's host
+# name, torchrun's path, then torchrun's arguments.
+# shellcheck disable=SC2016  # expanded on each node, not here
+on_each_node='first=$1 torchrun=$2; shift 2; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
+cmd=(srun --kill-on-bad-exit=1 --nodes="${#nodes[@]}" --ntasks-per-node=1
+     bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
+     --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
+     --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"
+     "$TRAIN_SCRIPT" "${train_args[@]}")
+echo "+ ${cmd[*]}"
+"${cmd[@]}"

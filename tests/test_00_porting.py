@@ -1,0 +1,259 @@
+"""The porting page: a plain single-device script, its DDP version, and two job templates,
+none of them importing anything from this repository.
+
+- train_single.py and train_ddp.py as one process, and train_ddp.py under torchrun on 2
+  processes (the page's captured runs): the DDP run reaches the single run's loss, and 2 x 16
+  samples per step train exactly as 1 x 32; rank 0 alone prints.
+- train_ddp.py under torchrun, watched from outside (tests/observe for the writes, and a
+  sampler observer written here): one checkpoint, written by rank 0 alone, with no
+  `module.` prefix, that loads into the plain model; each rank draws its own half of the
+  data, in a new order every epoch.
+- Bad flags: exit 2 with a message, no traceback.
+- slurm_job.sh under the test cluster's sbatch; pbs_job.sh through Slurm's qsub, and on two
+  simulated nodes (network namespaces, each with its own host name; the node file lists
+  other names of the nodes than `hostname` says, as on HPE/Cray), mpiexec starting one
+  torchrun per node.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, VENV_BIN, captured_run, clean_env, mpi_env, observed_writes, run, writes_to
+from simulated_nodes import INTERFACE, JOB_TIMEOUT_S, kill_leftovers  # noqa: F401 - autouse fixture
+from slurm_cluster import shared_cluster
+from test_13_multinode_and_hpc import (  # the two simulated nodes with HPE/Cray-like names
+    CRAY_NAMES,
+    CRAY_SSH,
+    HSN_NAMES,
+    cray_nodes,  # noqa: F401 - a fixture
+    two_nodes,  # noqa: F401 - a fixture (cray_nodes asks for it)
+)
+
+FOLDER = REPO / "scripts" / "00_porting"
+TRAIN_DDP = "scripts/00_porting/train_ddp.py"
+# How far the DDP run's final loss may be from the single run's: the two shuffle the data
+# with different generators (DataLoader's vs DistributedSampler's), so they see other batches.
+LOSS_TOLERANCE = 0.15  # relative
+
+
+def load(name: str):
+    """A script of the folder as a module (its make_model, parse_args), without running it."""
+    spec = importlib.util.spec_from_file_location(f"porting_{name}", FOLDER / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def epoch_lines(output: str) -> list[str]:
+    return re.findall(r"^epoch \d+: loss \S+ over \d+ samples$", output, flags=re.M)
+
+
+def assert_trained(output: str, world_size: int) -> float:
+    """What a run prints: 5 epoch lines and one summary (rank 0 alone), every sample's loss
+    counted once per epoch (2048). Returns the final loss."""
+    summary = dict(re.findall(r"(\w+)=(\S+)", output.split("summary:")[-1]))
+    assert output.count("summary:") == 1, f"a line printed by more than rank 0:\n{output}"
+    lines = epoch_lines(output)
+    assert len(lines) == 5 and all(line.endswith("over 2048 samples") for line in lines), output
+    assert summary["world_size"] == str(world_size) and summary["device"] == "cpu", summary
+    assert lines[-1].split()[3] == summary["final_loss"], output
+    return float(summary["final_loss"])
+
+
+def test_ddp_reaches_the_single_loss_and_only_rank_0_prints():
+    single = captured_run("00_single.txt")
+    alone = captured_run("00_ddp_alone.txt")
+    ddp = captured_run("00_ddp.txt")
+    for result in (single, alone, ddp):
+        assert result.returncode == 0, result.output
+    single_loss = assert_trained(single.output, 1)
+    alone_loss = assert_trained(alone.output, 1)
+    ddp_loss = assert_trained(ddp.output, 2)
+    assert "backend=gloo" in alone.output and "backend=gloo" in ddp.output
+    # The same training as one process with twice the batch: the two ranks' batches of 16 are
+    # the 32 samples that one rank takes (DistributedSampler interleaves one shuffled order).
+    assert epoch_lines(alone.output) == epoch_lines(ddp.output), (alone.output, ddp.output)
+    assert abs(ddp_loss - single_loss) <= LOSS_TOLERANCE * single_loss, (single_loss, ddp_loss)
+    assert abs(alone_loss - ddp_loss) <= 2e-4
+
+
+def test_diff_shows_only_the_lines_ddp_changes():
+    """The page's diff, made from the files: the changes the page walks through, nothing else."""
+    diff = captured_run("00_diff.txt")
+    assert diff.returncode == 1, diff.output  # diff's "the files differ"
+    added = [line[1:].strip() for line in diff.output.splitlines() if line.startswith("+ ")]
+    code = [line for line in added if line and not line.startswith("#")]
+    for change in ("torch.cuda.set_device(local_rank)", "dist.init_process_group(",
+                   "DistributedSampler(dataset", "sampler.set_epoch(epoch)", "model = DDP(model",
+                   "dist.all_reduce(totals)", "if rank == 0:", "model.module.state_dict()",
+                   "dist.destroy_process_group()"):
+        assert any(change in line for line in code), change
+    for path in (FOLDER / "train_single.py", FOLDER / "train_ddp.py"):
+        assert not re.search(r"^\s*(from|import) utils\b|sys\.path", path.read_text(), flags=re.M), path
+
+
+@pytest.fixture
+def sampler_observer(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment in which every Python process records, per rank, each order a
+    DistributedSampler hands out (and tests/observe records the writes into tmp_path/out)."""
+    site, samples, out = tmp_path / "site", tmp_path / "samples", tmp_path / "out"
+    for folder in (site, samples, out):
+        folder.mkdir()
+    env = observed_writes(out, tmp_path / "writes")
+    (site / "sitecustomize.py").write_text(f"""\
+import os, runpy
+runpy.run_path({str(REPO / "tests" / "observe" / "sitecustomize.py")!r})  # the writes
+from torch.utils.data import distributed as _distributed
+
+_iterate = _distributed.DistributedSampler.__iter__
+
+
+def _observed(self):
+    indices = list(_iterate(self))
+    with open(os.path.join({str(samples)!r}, f"rank{{self.rank}}.txt"), "a") as file:
+        file.write(",".join(map(str, indices)) + "\\n")
+    return iter(indices)
+
+
+_distributed.DistributedSampler.__iter__ = _observed
+""")
+    env["PYTHONPATH"] = str(site)
+    return env, tmp_path
+
+
+def test_torchrun_saves_one_plain_checkpoint_from_rank_0_and_reshuffles(sampler_observer):
+    env, tmp_path = sampler_observer
+    checkpoint = tmp_path / "out" / "model.pt"
+    result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2", REPO / TRAIN_DDP,
+                  "--batch-size", "16", "--epochs", "3", "--checkpoint", checkpoint], env=env, timeout=180)
+    assert result.returncode == 0, result.output
+    assert result.count("summary:") == 1 and len(epoch_lines(result.output)) == 3, result.output
+    # One file, written once, by rank 0.
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["model.pt"]
+    assert writes_to(tmp_path / "writes", checkpoint, world_size=2) == [1, 0]
+    # The plain model's keys (no "module." prefix), and it loads into the plain model.
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert not [key for key in state if key.startswith("module.")], list(state)
+    load("train_single").make_model().load_state_dict(state)
+    # Each rank drew its own half of the data, in a new order every epoch.
+    orders = [[line.split(",") for line in (tmp_path / "samples" / f"rank{r}.txt").read_text().split()]
+              for r in range(2)]
+    assert [len(o) for o in orders] == [3, 3], orders
+    for epoch in range(3):
+        shards = [set(orders[r][epoch]) for r in range(2)]
+        assert len(shards[0]) == len(shards[1]) == 1024 and not shards[0] & shards[1]
+    assert orders[0][0] != orders[0][1] != orders[0][2], "the same order every epoch: no set_epoch?"
+
+
+def test_bad_flags_exit_2_with_a_message(capsys, tmp_path):
+    result = run([sys.executable, REPO / TRAIN_DDP, "--batch-size", "0"], timeout=60)
+    assert result.returncode == 2, result.output
+    assert "argument --batch-size: expected a whole number of at least 1, got '0'" in result.output
+    assert "Traceback" not in result.output
+    for script in ("train_single", "train_ddp"):
+        parse_args = load(script).parse_args
+        for flags, message in ((["--epochs", "-1"], "--epochs: expected a whole number of at least 1"),
+                               (["--lr", "0"], "--lr: expected a number above 0, got '0'"),
+                               (["--lr", "inf"], "--lr: expected a number above 0"),
+                               (["--lr", "fast"], "--lr: expected a number above 0, got 'fast'"),
+                               (["--seed", "1.5"], "--seed: expected a whole number from 0 to 4294967295"),
+                               (["--checkpoint", str(tmp_path)], f"cannot write a file at '{tmp_path}'"),
+                               (["--checkpoint", "/proc/no/model.pt"], "--checkpoint: cannot write a file")):
+            with pytest.raises(SystemExit) as exited:
+                parse_args(flags)
+            assert exited.value.code == 2
+            assert message in capsys.readouterr().err, (script, flags)
+        assert parse_args(["--epochs", "2", "--lr", "1e-3"]).lr == 0.001
+
+
+# --------------------------------------------------------------------------- the templates
+@pytest.fixture(scope="session")
+def slurm(request):
+    return shared_cluster(request.config)
+
+
+def template_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What a user sets in the templates' EDIT lines, as the environment they also read."""
+    return dict(VENV=str(Path(sys.executable).parents[1]),
+                TRAIN_ARGS=f"--batch-size 16 --epochs 2 --checkpoint {tmp_path / 'model.pt'}", **extra)
+
+
+def assert_job_trained(output: str, tmp_path: Path, job_id: str, nodes: int, world_size: int) -> None:
+    port = 15000 + int(re.match(r"\d+", job_id)[0]) % 17000
+    assert "x 2 process(es); rendezvous " in output and f":{port}\n" in output, output
+    assert re.search(rf"^job {re.escape(job_id)}: {nodes} node\(s\) ", output, flags=re.M), output
+    assert output.count("summary:") == 1, f"a summary printed by more than rank 0:\n{output}"
+    checkpoint = re.escape(str(tmp_path / "model.pt"))
+    assert re.search(rf"summary: world_size={world_size} device=cpu epochs=2 final_loss=\S+ "
+                     rf"checkpoint={checkpoint} backend=gloo$", output, re.M), output
+    assert (tmp_path / "model.pt").exists()
+
+
+def test_slurm_template_under_sbatch(slurm, tmp_path):
+    """sbatch with the template as it is but for what the one-node CPU test cluster lacks:
+    --nodes=1 and no GPUs (given on the sbatch line, which overrides the #SBATCH lines)."""
+    output = tmp_path / "job.out"
+    result = slurm.submit(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", f"--output={output}",
+                           FOLDER / "slurm_job.sh"], output=output, env=slurm.env(**template_env(tmp_path)))
+    assert result.returncode == 0, result.output
+    job_id = result.output.split()[0].split(";")[0]
+    assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=2)
+    assert f"--rdzv-endpoint=localhost:{15000 + int(job_id) % 17000} --rdzv-id={job_id} " in result.output
+
+
+def test_pbs_template_through_slurms_qsub(slurm, tmp_path):
+    """Slurm's qsub hands the template to sbatch, which reads its #PBS lines; one node here
+    (select=1 on the qsub line). Slurm's qsub removes PBS_NODEFILE: the job runs on this
+    machine alone, and its port comes from Slurm's job id."""
+    output = tmp_path / "job.out"
+    result = slurm.submit(["qsub", "-l", "select=1:ncpus=4", "-j", "oe", "-o", output, FOLDER / "pbs_job.sh"],
+                          output=output, env=slurm.env(**template_env(tmp_path)))
+    assert result.returncode == 0, result.output
+    job_id = result.output.split()[0]
+    assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=2)
+    assert slurm.job(job_id)["JobName"] == "ddp_train"
+
+
+def test_pbs_template_on_two_simulated_nodes(cray_nodes, tmp_path):  # noqa: F811 - the fixture
+    """pbs_job.sh as PBS Pro runs it on the first of two nodes: the node file lists the nodes'
+    high-speed-network names (nid001000.hsn.cm.example) where `hostname` says nid001000, and
+    MPICH's mpiexec (through an ssh stand-in) starts one torchrun per node: 2 x 2 ranks."""
+    ssh = tmp_path / "cray_ssh"
+    ssh.write_text(CRAY_SSH.format(*HSN_NAMES, *cray_nodes, *CRAY_NAMES))
+    ssh.chmod(0o755)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("".join(f"{name}\n{name}\n" for name in HSN_NAMES))  # once per CPU, as PBS does
+    mpiexec = mpi_env("mpich")["PATH"].split(os.pathsep)[0] + "/mpiexec"
+    job_id = f"{os.getpid()}.pbs"
+    env = clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID=job_id, PBS_O_WORKDIR=str(REPO), HOME=str(tmp_path),
+                    GLOO_SOCKET_IFNAME=INTERFACE, **template_env(tmp_path),
+                    NODE_LAUNCHER=f"{mpiexec} -launcher ssh -launcher-exec {ssh} -iface {INTERFACE} "
+                                  f"-hosts {','.join(HSN_NAMES)} -ppn 1")
+    result = run(["ip", "netns", "exec", cray_nodes[0], "unshare", "--uts", "bash", "-c",
+                  f"hostname {CRAY_NAMES[0]} && cd {tmp_path} && bash {FOLDER / 'pbs_job.sh'}"],
+                 env=env, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.output
+    assert f"2 node(s) [{' '.join(HSN_NAMES)}]" in result.output
+    assert_job_trained(result.output, tmp_path, job_id, nodes=2, world_size=4)
+
+
+# --------------------------------------------------------------------------- on GPUs
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 visible CUDA GPUs ({GPUS} here)")
+def test_ddp_under_nccl_one_gpu_per_process(tmp_path):
+    checkpoint = tmp_path / "model.pt"
+    result = run([VENV_BIN / "torchrun", "--standalone", f"--nproc_per_node={GPUS}", REPO / TRAIN_DDP,
+                  "--checkpoint", checkpoint], env=clean_env(), timeout=300)
+    assert result.returncode == 0 and result.count("summary:") == 1, result.output
+    assert f"world_size={GPUS} device=cuda" in result.output and "backend=nccl" in result.output
+    load("train_single").make_model().load_state_dict(torch.load(checkpoint, weights_only=True))
