@@ -16,8 +16,9 @@ Run it (the same file, unchanged, on CPU/gloo and GPU/nccl):
     qsub scripts/06_mixed_precision/mixed_precision.sh                      # PBS cluster
 
 The pitfall (--variant bad): fp16 without a GradScaler. The gradients are small (this toy
-model's loss is weighted by --loss-weight 1e-6 to make them as small as a deep network's),
-fp16 flushes them to zero, every gradient is 0 and the loss never moves.
+model's loss is weighted by --loss-weight 1e-7 to make them as small as a deep network's),
+fp16 rounds them to zero, every gradient is 0 and the loss never moves. At 1e-7 the largest
+gradient is about 10 times below half of 5.96e-08: it rounds to 0 on a CPU and a GPU alike.
 """
 
 import sys
@@ -47,7 +48,7 @@ def parse_args():
                         help="autocast dtype; fp32 turns autocast off (default: %(default)s)")
     add_variant_arg(parser, bad="plain backward() and step()",
                     good="a GradScaler for fp16")
-    parser.add_argument("--loss-weight", type=float, default=1e-6,
+    parser.add_argument("--loss-weight", type=float, default=1e-7,
                         help="the loss is multiplied by this and the learning rate divided by it: "
                         "the same training in fp32, gradients this many times smaller; "
                         "1 = a toy model's large gradients (default: %(default)s)")
@@ -150,9 +151,12 @@ def main() -> None:
            f"loss {dtype_name[loss.dtype]}, gradients {dtype_name[weight.grad.dtype]}")
     print0(f"step 1: largest gradient of the logits {largest_logit_grad[0]:.3g} (gradient scale: "
            f"{scale}; fp16's smallest positive number: {FP16_SMALLEST:.3g})")
+    probe = torch.tensor([4e-8, 2.5e-8], device=ctx.device).half().tolist()  # rounds to nearest
+    print0(f"fp16 on {ctx.device.type}: 4e-08 -> {probe[0]:.3g}, 2.5e-08 -> {probe[1]:.3g} "
+           "(a nonzero fp16 number, or 0 below half of the smallest)")
     if zero_share > 50 and epoch_losses[-1] >= epoch_losses[0] - 1e-3:
         print0(f"WARNING: {zero_share:.1f}% of the gradient elements were exactly zero and the loss "
-               f"did not move: the {args.precision} backward pass flushed the small gradients to "
+               f"did not move: the {args.precision} backward pass rounded the small gradients to "
                "zero. Use a GradScaler (--variant good) or bf16.")
     print0(f"summary: variant={args.variant} precision={args.precision} world_size={ctx.world_size} "
            f"backend={ctx.backend} launcher={ctx.launcher} zero_grads={zero_share:.1f}% "
