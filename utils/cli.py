@@ -10,6 +10,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,21 +85,19 @@ timeout_seconds = float_range(0.0, MAX_TIMEOUT_S, low_open=True)
 timeout_seconds.__name__ = "timeout_seconds"
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def output_dir(text: str) -> Path:
-    """A directory to write into: one that exists and is writable, or one that can be made."""
+    """A directory to write into: one that exists, or is made now; a file there must be
+    writable (tried, as root passes every permission check on paper)."""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a directory: give a directory to write into")
-    base = _nearest_existing(path.absolute())
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        made = "written into" if base == path.absolute() else f"created ({base} is not writable)"
-        raise argparse.ArgumentTypeError(f"{text} cannot be {made}: give a directory you can write to")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a directory you can write to ({error.strerror}): give one that is") from None
     return path
 
 
@@ -128,10 +127,8 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text} is a directory: give a file name, e.g. {path / 'out.png'}")
     try:
         output_dir(str(path.parent))
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"{text} cannot be written ({path.parent} is not a directory you can write to): "
-            "give a file in a writable directory") from None
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: {error}") from None
     return path
 
 

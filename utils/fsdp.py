@@ -22,6 +22,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from utils.cli import positive_float, positive_int
+
 NUM_FEATURES, NUM_CLASSES = 32, 4  # utils.data.synthetic_classification's defaults
 
 
@@ -117,11 +119,12 @@ def add_fsdp_args(parser: argparse.ArgumentParser, *, epochs: int) -> argparse.A
     """--epochs, --global-batch-size (instead of the per-rank --batch-size of the other
     chapters: a step's samples over all ranks, split equally, so that every world size trains
     on the same batches), --lr, --num-samples."""
-    parser.add_argument("--epochs", type=int, default=epochs, help="epochs (default: %(default)s)")
-    parser.add_argument("--global-batch-size", type=int, default=64,
+    parser.add_argument("--epochs", type=positive_int, default=epochs, help="epochs (default: %(default)s)")
+    parser.add_argument("--global-batch-size", type=positive_int, default=64,
                         help="samples per step over all ranks, split equally (default: %(default)s)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="learning rate (default: %(default)s)")
-    parser.add_argument("--num-samples", type=int, default=256,
+    parser.add_argument("--lr", type=positive_float, default=1e-3,
+                        help="learning rate (default: %(default)s)")
+    parser.add_argument("--num-samples", type=positive_int, default=256,
                         help="size of the synthetic data set (default: %(default)s)")
     return parser
 

@@ -21,16 +21,16 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, make_parser, non_negative_int, positive_int
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=2, batch_size=2, lr=None)
-    parser.add_argument("--num-samples", type=int, default=11,
+    parser.add_argument("--num-samples", type=positive_int, default=11,
                         help="data set size; 11 divides evenly by few world sizes, so padding "
                         "shows (default: %(default)s)")
-    parser.add_argument("--num-workers", type=int, default=None,
+    parser.add_argument("--num-workers", type=non_negative_int, default=None,
                         help="DataLoader worker processes per rank (default: up to 4 on GPU, 0 on CPU)")
     return parser.parse_args()
 

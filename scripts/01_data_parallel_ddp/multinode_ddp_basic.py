@@ -25,7 +25,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.replicas import parameter_checksum
@@ -34,7 +35,7 @@ from utils.timing import synchronized_clock
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
     add_variant_arg(parser, bad="every rank trains on all of it",
                     good="DistributedSampler shards the data")
@@ -52,6 +53,7 @@ def main() -> None:
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} variant={args.variant}")
     # --8<-- [end:setup]
+    check_global_batch(ctx, args.num_samples, args.batch_size)
 
     # 2. The same data set on every rank (same seed); the sampler decides who gets what.
     dataset = synthetic_classification(args.num_samples, seed=args.seed)

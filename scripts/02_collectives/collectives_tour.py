@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 import torch
 import torch.distributed as dist
 
-from utils.cli import make_parser
+from utils.cli import make_parser, non_negative_float
 from utils.distributed import (
     DistributedContext,
     cleanup_distributed,
@@ -32,7 +32,7 @@ from utils.distributed import (
 
 def parse_args():
     parser = make_parser(__doc__)
-    parser.add_argument("--barrier-delay", type=float, default=0.1, metavar="SECONDS",
+    parser.add_argument("--barrier-delay", type=non_negative_float, default=0.1, metavar="SECONDS",
                         help="rank r works r times this long before the barrier (default: %(default)s)")
     return parser.parse_args()
 

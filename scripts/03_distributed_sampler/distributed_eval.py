@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 NUM_CLASSES = 4
@@ -38,7 +38,7 @@ NUM_CLASSES = 4
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=64, lr=None)
-    parser.add_argument("--num-samples", type=int, default=1001,
+    parser.add_argument("--num-samples", type=positive_int, default=1001,
                         help="evaluation set size (default: %(default)s)")
     add_variant_arg(parser, bad="padded duplicates counted",
                     good="every sample once, sums all-reduced")

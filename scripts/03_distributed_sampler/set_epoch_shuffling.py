@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 SHOWN_INDICES = 4  # how many of each rank's first indices an epoch line shows
@@ -32,7 +32,7 @@ SHOWN_INDICES = 4  # how many of each rank's first indices an epoch line shows
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=8, lr=None)
-    parser.add_argument("--num-samples", type=int, default=64,
+    parser.add_argument("--num-samples", type=positive_int, default=64,
                         help="data set size (default: %(default)s)")
     add_variant_arg(parser, bad="never calls set_epoch",
                     good="set_epoch(epoch) before each epoch")

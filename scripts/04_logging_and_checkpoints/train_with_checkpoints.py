@@ -33,7 +33,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from utils.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, output_dir, positive_int
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.logging_utils import get_logger
@@ -41,19 +42,23 @@ from utils.logging_utils import get_logger
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=4, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=1024,
+    parser.add_argument("--num-samples", type=positive_int, default=1024,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints"),
+    parser.add_argument("--checkpoint-dir", type=output_dir, default=Path("checkpoints"),
                         help="where checkpoints go; on a cluster, a file system every node "
                         "sees (default: %(default)s)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the checkpoint in --checkpoint-dir if there is one")
-    parser.add_argument("--stop-after-epoch", type=int, default=None, metavar="K",
+    parser.add_argument("--stop-after-epoch", type=positive_int, default=None, metavar="K",
                         help="stop after epoch K, as if the job had been killed there "
                         "(default: run all --epochs)")
     add_variant_arg(parser, bad="every rank prints and saves the wrapper",
                     good="rank 0 logs and saves model.module atomically, exact resume")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.stop_after_epoch is not None and args.stop_after_epoch > args.epochs:
+        parser.error(f"--stop-after-epoch {args.stop_after_epoch} is after the last epoch: give 1 to "
+                     f"--epochs {args.epochs}")
+    return args
 
 
 def build_model() -> nn.Module:
@@ -72,6 +77,7 @@ def main() -> None:
     args = parse_args()
     # 1. Join the process group (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
 
     # 2. How lines get out. log(...) is the one call the rest of the script makes.
     if args.variant == "bad":

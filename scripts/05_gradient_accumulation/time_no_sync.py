@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, make_parser, positive_int
 from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
@@ -34,9 +34,9 @@ from utils.timing import synchronized_clock
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=4, batch_size=16, lr=0.05)
-    parser.add_argument("--accumulation-steps", type=int, default=4, metavar="K",
+    parser.add_argument("--accumulation-steps", type=positive_int, default=4, metavar="K",
                         help="micro-batches per optimizer step (default: %(default)s)")
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
     return parser.parse_args()
 

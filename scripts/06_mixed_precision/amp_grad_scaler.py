@@ -32,7 +32,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_float, positive_int
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
@@ -42,13 +43,13 @@ FP16_SMALLEST = 2.0**-24  # 5.96e-08: fp16's smallest positive number (a subnorm
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp16", "bf16", "fp32"], default="fp16",
                         help="autocast dtype; fp32 turns autocast off (default: %(default)s)")
     add_variant_arg(parser, bad="plain backward() and step()",
                     good="a GradScaler for fp16")
-    parser.add_argument("--loss-weight", type=float, default=1e-7,
+    parser.add_argument("--loss-weight", type=positive_float, default=1e-7,
                         help="the loss is multiplied by this and the learning rate divided by it: "
                         "the same training in fp32, gradients this many times smaller; "
                         "1 = a toy model's large gradients (default: %(default)s)")
@@ -66,6 +67,7 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01); the device decides autocast's device type.
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} precision={args.precision} variant={args.variant} "
            f"loss_weight={args.loss_weight:g}")

@@ -29,7 +29,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, make_parser, positive_float, positive_int
 from utils.comm import AllReduceCounter, bytes_written_by_this_process, counting_allreduce_hook
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
@@ -38,16 +39,16 @@ from utils.timing import synchronized_clock
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=1, batch_size=32, lr=0.02)
-    parser.add_argument("--num-samples", type=int, default=1024,
+    parser.add_argument("--num-samples", type=positive_int, default=1024,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--width", type=int, default=512,
+    parser.add_argument("--width", type=positive_int, default=512,
                         help="hidden width of the model: more width, more gradient bytes "
                         "(default: %(default)s)")
     parser.add_argument("--hooks", nargs="+", choices=["none", "fp16", "bf16"],
                         default=["none", "fp16", "bf16"],
                         help="the communication hooks to train with, one run each; ratios are to the "
                         "first (default: all)")
-    parser.add_argument("--loss-weight", type=float, default=1.0,
+    parser.add_argument("--loss-weight", type=positive_float, default=1.0,
                         help="the loss is multiplied by this and the learning rate divided by it: "
                         "the same training, smaller gradients (default: %(default)s)")
     return parser.parse_args()
@@ -123,6 +124,7 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} loss_weight={args.loss_weight:g}")
     dataset = synthetic_classification(args.num_samples, seed=args.seed)

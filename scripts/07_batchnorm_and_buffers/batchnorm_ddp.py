@@ -45,7 +45,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Subset
 
 from utils.batchnorm import convert_all_reduce_batchnorm
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
@@ -57,9 +58,9 @@ REFERENCE_TOLERANCE = 1e-5  # float32 sums in another order differ by ~1e-7 here
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="training samples, one contiguous shard per rank (default: %(default)s)")
-    parser.add_argument("--eval-samples", type=int, default=512,
+    parser.add_argument("--eval-samples", type=positive_int, default=512,
                         help="held-out samples every rank evaluates (default: %(default)s)")
     parser.add_argument("--broadcast-buffers", choices=["no", "yes"], default="no",
                         help="DDP's broadcast_buffers: yes copies rank 0's buffers to every rank "
@@ -142,6 +143,7 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     broadcast_buffers = args.broadcast_buffers == "yes"
 
     # --8<-- [start:data]

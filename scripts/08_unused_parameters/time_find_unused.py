@@ -30,7 +30,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 from unused_parameters import AuxHeadNet, train_step
 
-from utils.cli import add_training_args, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, make_parser, positive_int
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.timing import synchronized_clock
@@ -38,7 +39,7 @@ from utils.timing import synchronized_clock
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=2, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
     args = parser.parse_args()
     if args.epochs < 1:
@@ -51,6 +52,7 @@ def main() -> None:
 
     # 1. Join the process group; data as in unused_parameters.py; two identical replicas.
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)

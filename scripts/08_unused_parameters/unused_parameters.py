@@ -41,7 +41,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, non_negative_int, positive_int
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import DEFAULT_TIMEOUT_S, cleanup_distributed, print0, setup_distributed
 
@@ -53,9 +54,9 @@ DDP_ERROR = "Expected to have finished reduction in the prior iteration"
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=1024,
+    parser.add_argument("--num-samples", type=positive_int, default=1024,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--aux-every", type=int, default=2, metavar="N",
+    parser.add_argument("--aux-every", type=non_negative_int, default=2, metavar="N",
                         help="add the auxiliary head's loss on every N-th step only; 1 = every "
                         "step, 0 = never (default: %(default)s)")
     add_variant_arg(parser, bad="a plain DDP(model)", good="DDP(model, find_unused_parameters=True)",
@@ -124,6 +125,7 @@ def main() -> None:
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
     ddp_group = dist.new_group(timeout=datetime.timedelta(seconds=args.timeout))
     # --8<-- [end:setup]
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} variant={args.variant} aux_every={args.aux_every}")
 

@@ -32,7 +32,7 @@ from unused_parameters import (
     uses_aux,
 )
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import DEFAULT_TIMEOUT_S, cleanup_distributed, print0, setup_distributed
 
@@ -42,7 +42,7 @@ USAGES = {"every_2nd": 2, "never": 0}  # --aux-every of unused_parameters.py
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=32, lr=0.05)
-    parser.add_argument("--steps", type=int, default=6,
+    parser.add_argument("--steps", type=positive_int, default=6,
                         help="training steps per trial (default: %(default)s)")
     return parser.parse_args()
 

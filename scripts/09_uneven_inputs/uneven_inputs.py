@@ -47,7 +47,8 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Subset
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import (
     DEFAULT_TIMEOUT_S,
@@ -64,9 +65,9 @@ BAD_VARIANT_TIMEOUT_S = 5.0
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set, all files together (default: %(default)s)")
-    parser.add_argument("--num-files", type=int, default=8,
+    parser.add_argument("--num-files", type=positive_int, default=8,
                         help="files the data set is split into; at least one per rank (default: %(default)s)")
     add_variant_arg(parser, bad="a plain loop: the ranks with more batches hang in an all-reduce",
                     good="--fix join or --fix even", bad_timeout_s=BAD_VARIANT_TIMEOUT_S)
@@ -112,6 +113,7 @@ def main() -> None:
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
     train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     # --8<-- [end:setup]
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant} fix={args.fix} timeout={args.timeout:g} s")
     if args.num_files < ctx.world_size:

@@ -37,7 +37,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_float, positive_int
 from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
@@ -49,13 +50,13 @@ WARM_UP_STEPS = 2  # before DDP has its final buckets (see step 5)
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=1, batch_size=32, lr=0.01)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--depth", type=int, default=32,
+    parser.add_argument("--depth", type=positive_int, default=32,
                         help="hidden layers: 2 gradient tensors each (default: %(default)s)")
-    parser.add_argument("--width", type=int, default=128,
+    parser.add_argument("--width", type=positive_int, default=128,
                         help="width of each hidden layer (default: %(default)s)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=None, metavar="MIB",
+    parser.add_argument("--bucket-cap-mb", type=positive_float, default=None, metavar="MIB",
                         help="bucket cap for DDP, overriding the variant's "
                         f"(bad: {TINY_BUCKET_CAP_MB:g}; good: DDP's default)")
     parser.add_argument("--gradient-as-bucket-view", action="store_true",
@@ -117,6 +118,7 @@ def main() -> None:
 
     # 1. Join the process group, and shard the data (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)

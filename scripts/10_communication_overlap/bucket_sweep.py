@@ -18,6 +18,7 @@ Run it (--plot writes a PNG of steps per second per bucket cap):
 in one bucket while it learns their order, and it builds the real buckets after it.
 """
 
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -31,7 +32,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, make_parser, output_file, positive_int
 from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
@@ -41,25 +43,25 @@ from utils.timing import synchronized_clock
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=32, lr=0.01)
-    parser.add_argument("--steps", type=int, default=14,
+    parser.add_argument("--steps", type=positive_int, default=14,
                         help="training steps per bucket cap, 2 warm-up steps included (default: %(default)s)")
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--depth", type=int, default=32, help="hidden layers (default: %(default)s)")
-    parser.add_argument("--width", type=int, default=128,
+    parser.add_argument("--depth", type=positive_int, default=32, help="hidden layers (default: %(default)s)")
+    parser.add_argument("--width", type=positive_int, default=128,
                         help="width of each hidden layer (default: %(default)s)")
     parser.add_argument("--bucket-caps", nargs="+", metavar="MIB",
                         default=["0.00001", "0.01", "0.1", "0.5", "default", "25"],
                         help="bucket caps to compare, in MiB, or 'default' (default: %(default)s)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
+    parser.add_argument("--plot", type=output_file, default=None, metavar="PNG",
                         help="write a bar chart of steps per second per bucket cap here (rank 0)")
     args = parser.parse_args()
     try:
         args.caps = [None if cap == "default" else float(cap) for cap in args.bucket_caps]
     except ValueError:
         parser.error(f"--bucket-caps takes numbers of MiB or 'default', not {args.bucket_caps}")
-    if any(cap is not None and cap <= 0 for cap in args.caps):
-        parser.error("--bucket-caps must be positive")
+    if any(cap is not None and not 0 < cap < math.inf for cap in args.caps):
+        parser.error(f"--bucket-caps must be positive numbers of MiB, not {' '.join(args.bucket_caps)}")
     if args.steps <= WARM_UP_STEPS:
         parser.error(f"--steps must be more than the {WARM_UP_STEPS} warm-up steps")
     return args
@@ -88,6 +90,7 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01); the data as in bucket_size.py.
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)

@@ -27,7 +27,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, fraction, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.replicas import ReplicaReport, verify_replicas
@@ -35,9 +36,9 @@ from utils.replicas import ReplicaReport, verify_replicas
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=1, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=256,
+    parser.add_argument("--num-samples", type=positive_int, default=256,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--dropout", type=float, default=0.5,
+    parser.add_argument("--dropout", type=fraction, default=0.5,
                         help="probability that Dropout hides an input feature (default: %(default)s)")
     args = parser.parse_args()
     if not 0.0 < args.dropout < 1.0:
@@ -72,6 +73,7 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} dropout={args.dropout:g}")
 

@@ -29,7 +29,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.replicas import ReplicaReport, max_parameter_difference, verify_replicas
@@ -37,9 +38,9 @@ from utils.replicas import ReplicaReport, max_parameter_difference, verify_repli
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=2, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=256,
+    parser.add_argument("--num-samples", type=positive_int, default=256,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--check-every", type=int, default=1, metavar="N",
+    parser.add_argument("--check-every", type=positive_int, default=1, metavar="N",
                         help="compare the replicas every N optimizer steps (default: %(default)s)")
     add_variant_arg(parser, bad="the step calls model.module(inputs)", good="the step calls model(inputs)")
     args = parser.parse_args()
@@ -81,6 +82,7 @@ def main() -> None:
 
     # 1. Join the process group (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} variant={args.variant}")
     if ctx.world_size == 1:

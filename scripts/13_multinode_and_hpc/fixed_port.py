@@ -39,7 +39,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.replicas import verify_replicas
@@ -49,7 +50,7 @@ FIXED_PORT = 29500  # torchrun's old default, and the port most examples copy
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
     add_variant_arg(parser, bad=f"the script fixes MASTER_PORT={FIXED_PORT}",
                     good="the port comes from the job id, or rank 0 picks a free one")
@@ -84,6 +85,7 @@ def main() -> None:
     # 2. Join the process group: setup_distributed() says where rank 0 listened, and where
     #    that port came from (a port already in use fails here, with an explanation).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant}")
     rdzv = ctx.rendezvous

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser, non_negative_int
 from utils.distributed import DEFAULT_TIMEOUT_S, cleanup_distributed, print0, setup_distributed, timeout_group
 
 BAD_VARIANT_TIMEOUT_S = 5.0
@@ -58,7 +58,7 @@ def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=32, lr=0.1)
     parser.add_argument("--fault", choices=["hang", "mismatch", "crash"], default="hang",
                         help="what goes wrong with --variant bad (default: %(default)s)")
-    parser.add_argument("--faulty-rank", type=int, default=None, metavar="RANK",
+    parser.add_argument("--faulty-rank", type=non_negative_int, default=None, metavar="RANK",
                         help="the rank that goes wrong (default: the last)")
     add_variant_arg(parser, bad="one rank hangs, crashes or passes another shape (--fault)",
                     good="every rank makes the same calls", bad_timeout_s=BAD_VARIANT_TIMEOUT_S)

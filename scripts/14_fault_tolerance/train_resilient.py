@@ -47,7 +47,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler, Sampler
 
 from utils.checkpoint import atomic_torch_save, load_checkpoint, remove_partial_saves, save_checkpoint
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import (
+    add_training_args,
+    add_variant_arg,
+    make_parser,
+    non_negative_float,
+    non_negative_int,
+    output_dir,
+    positive_int,
+)
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
@@ -57,33 +66,33 @@ KILL_AFTER_BYTES = 100_000  # --fail-during-save: the bytes written before the p
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=16, lr=0.05)
-    parser.add_argument("--global-batch-size", type=int, default=None, metavar="G",
+    parser.add_argument("--global-batch-size", type=positive_int, default=None, metavar="G",
                         help="keep the global batch at G samples whatever the world size: each "
                         "rank takes G / world size (default: each rank takes --batch-size)")
-    parser.add_argument("--num-samples", type=int, default=512,
+    parser.add_argument("--num-samples", type=positive_int, default=512,
                         help="size of the synthetic data set (default: %(default)s)")
-    parser.add_argument("--hidden", type=int, default=512,
+    parser.add_argument("--hidden", type=positive_int, default=512,
                         help="hidden units: the checkpoint is about 300 * hidden bytes (weights and "
                         "momentum), plus about 15 kB of RNG states per rank (default: %(default)s)")
-    parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints_ch14"),
+    parser.add_argument("--checkpoint-dir", type=output_dir, default=Path("checkpoints_ch14"),
                         help="where checkpoints go; on a cluster, a file system every node "
                         "sees (default: %(default)s)")
-    parser.add_argument("--checkpoint-every", type=int, default=4, metavar="STEPS",
+    parser.add_argument("--checkpoint-every", type=positive_int, default=4, metavar="STEPS",
                         help="save every STEPS optimizer steps (default: %(default)s)")
-    parser.add_argument("--fail-at-step", type=int, default=None, metavar="K",
+    parser.add_argument("--fail-at-step", type=non_negative_int, default=None, metavar="K",
                         help="the last rank kills itself (SIGKILL) after step K, once")
-    parser.add_argument("--fail-during-save", type=int, default=None, metavar="K",
+    parser.add_argument("--fail-during-save", type=non_negative_int, default=None, metavar="K",
                         help=f"rank 0 kills itself (SIGKILL) {KILL_AFTER_BYTES} bytes into "
                         "writing the checkpoint of step K, once")
-    parser.add_argument("--lose-node-at-step", type=int, default=None, metavar="K",
+    parser.add_argument("--lose-node-at-step", type=non_negative_int, default=None, metavar="K",
                         help="under torchrun: the last rank SIGKILLs its torchrun and itself after "
                         "step K, once: its node is lost")
-    parser.add_argument("--signal-at-step", type=int, default=None, metavar="K",
+    parser.add_argument("--signal-at-step", type=non_negative_int, default=None, metavar="K",
                         help="the last rank sends itself SIGUSR1 after step K, as a scheduler "
                         "would (the other ranks hear nothing), once")
-    parser.add_argument("--heartbeat", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--heartbeat", type=non_negative_float, default=0.0, metavar="SECONDS",
                         help="print a heartbeat line every SECONDS (default: off)")
-    parser.add_argument("--sleep-per-step", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--sleep-per-step", type=non_negative_float, default=0.0, metavar="SECONDS",
                         help="sleep in every step, as a slower model would (default: 0)")
     add_variant_arg(parser, bad="torch.save straight onto the checkpoint's path",
                     good="temporary file, flush, fsync, rename over the previous checkpoint")
@@ -228,6 +237,11 @@ def main() -> None:
         sys.exit(2)
     global_batch = batch_size * ctx.world_size
     # --8<-- [end:global_batch]
+    if args.global_batch_size is None:
+        check_global_batch(ctx, args.num_samples, batch_size)
+    else:
+        check_global_batch(ctx, args.num_samples, global_batch, batch_flag="--global-batch-size",
+                           per_rank=False)
 
     # 3. Data: DistributedSampler with set_epoch(), so an epoch's order depends on the epoch
     #    alone; a resumed epoch skips the batches it had already trained on.

@@ -42,7 +42,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from utils.checkpoint import save_checkpoint, strip_prefixes, unwrap_model
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.checks import check_global_batch
+from utils.cli import (
+    add_training_args,
+    add_variant_arg,
+    make_parser,
+    output_dir,
+    positive_float,
+    positive_int,
+)
 from utils.comm import AllReduceCounter, counting_allreduce_hook
 from utils.data import make_loader, synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
@@ -53,13 +61,13 @@ WARM_UP_STEPS = 2  # left out of the steady-state step time: compilation, DDP's 
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=2, batch_size=32, lr=0.05)
-    parser.add_argument("--num-samples", type=int, default=200,
+    parser.add_argument("--num-samples", type=positive_int, default=200,
                         help="size of the synthetic data set; 100 per rank with 2 ranks: three "
                         "batches of 32 and a last one of 4 (default: %(default)s)")
-    parser.add_argument("--width", type=int, default=512,
+    parser.add_argument("--width", type=positive_int, default=512,
                         help="hidden width of the model; 512 gives 4 MiB of parameters, "
                         "several 1 MiB buckets (default: %(default)s)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=1.0, metavar="MIB",
+    parser.add_argument("--bucket-cap-mb", type=positive_float, default=1.0, metavar="MIB",
                         help="DDP's bucket cap, which DDPOptimizer splits the graph by; at least "
                         "1, DDPOptimizer's first bucket (default: %(default)s)")
     parser.add_argument("--optimize-ddp", choices=["on", "off"], default="on",
@@ -74,7 +82,7 @@ def parse_args():
                         help="torch.compile(DDP(model)) (PyTorch's DDP notes), "
                         "DDP(torch.compile(model)), or model.compile() then DDP(model) (PyTorch's "
                         "'Where to apply torch.compile?' page) (default: %(default)s)")
-    parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints"),
+    parser.add_argument("--checkpoint-dir", type=output_dir, default=Path("checkpoints"),
                         help="where the checkpoint goes (default: %(default)s)")
     add_variant_arg(parser, bad="saves the compiled wrapper's state_dict (_orig_mod.module. keys)",
                     good="saves the plain model's state_dict (clean keys)")
@@ -137,6 +145,7 @@ def main() -> None:
     args = parse_args()
     # 1. Join the process group (chapter 01).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} variant={args.variant} order={args.order}")
     print0(f"optimize_ddp={args.optimize_ddp} bucket_cap_mb={args.bucket_cap_mb:g} "

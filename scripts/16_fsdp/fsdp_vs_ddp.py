@@ -27,6 +27,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from utils.checks import check_divisible, check_global_batch
 from utils.cli import make_parser
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
@@ -82,6 +83,9 @@ def main() -> None:
     args = parse_args()
     # 1. Join the process group (chapter 01); one dimension of ranks for FSDP2 to shard over.
     ctx = setup_distributed(args.backend, args.timeout)
+    check_divisible(ctx, "--global-batch-size", args.global_batch_size)
+    check_global_batch(ctx, args.num_samples, args.global_batch_size, batch_flag="--global-batch-size",
+                       per_rank=False)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "

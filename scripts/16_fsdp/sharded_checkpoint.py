@@ -38,7 +38,8 @@ from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
 from utils.checkpoint import atomic_torch_save
-from utils.cli import add_variant_arg, make_parser
+from utils.checks import check_divisible, check_global_batch
+from utils.cli import add_variant_arg, existing_dir, make_parser, output_dir
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.fsdp import BlockModel, add_fsdp_args, build_model, global_batch_slice, local_bytes, shard_model
@@ -46,16 +47,20 @@ from utils.fsdp import BlockModel, add_fsdp_args, build_model, global_batch_slic
 
 def parse_args():
     parser = add_fsdp_args(make_parser(__doc__), epochs=3)
-    parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints/ch16"),
+    parser.add_argument("--checkpoint-dir", type=output_dir, default=Path("checkpoints/ch16"),
                         help="where checkpoints go; on a cluster, a file system every node "
                         "sees (default: %(default)s)")
-    parser.add_argument("--resume-from", type=Path, metavar="DIR", default=None,
+    parser.add_argument("--resume-from", type=existing_dir, metavar="DIR", default=None,
                         help="continue from this DCP checkpoint directory, e.g. "
                         "/tmp/ch16/epoch_1, saved at any world size (good variant)")
     add_variant_arg(parser, bad="every rank saves its own state_dict; the export gathers the "
                     "whole model on every rank", good="DCP sharded save and load; the export "
                     "gathers onto rank 0's CPU, one tensor at a time")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.resume_from is not None and not (args.resume_from / ".metadata").exists():
+        parser.error(f"--resume-from {args.resume_from} holds no DCP checkpoint (no .metadata file): give "
+                     "a directory the good variant saved, e.g. checkpoints/ch16/epoch_1")
+    return args
 
 
 def checksum(model, optimizer) -> float:
@@ -74,6 +79,9 @@ def main() -> None:
     args = parse_args()
     # 1. Join the process group; the FSDP2 model and its optimizer (utils/fsdp.py).
     ctx = setup_distributed(args.backend, args.timeout)
+    check_divisible(ctx, "--global-batch-size", args.global_batch_size)
+    check_global_batch(ctx, args.num_samples, args.global_batch_size, batch_flag="--global-batch-size",
+                       per_rank=False)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"device={ctx.device.type} variant={args.variant}")

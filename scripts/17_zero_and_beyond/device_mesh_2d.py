@@ -25,13 +25,13 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from utils.cli import make_parser
+from utils.cli import make_parser, positive_int
 from utils.distributed import DistributedSetupError, cleanup_distributed, print0, setup_distributed
 
 
 def parse_args():
     parser = make_parser(__doc__)
-    parser.add_argument("--tp", type=int, default=None,
+    parser.add_argument("--tp", type=positive_int, default=None,
                         help="ranks along the tensor-parallel side (default: 2 when the world "
                         "size is even, else 1)")
     return parser.parse_args()

@@ -36,22 +36,27 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from utils.checkpoint import atomic_torch_save
-from utils.cli import add_training_args, add_variant_arg, make_parser
+from utils.cli import add_training_args, add_variant_arg, make_parser, output_dir, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=16, lr=1e-2)
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--save-at", type=int, default=4, metavar="K",
+    parser.add_argument("--steps", type=positive_int,
+                        default=8, help="optimizer steps (default: %(default)s)")
+    parser.add_argument("--save-at", type=positive_int, default=4, metavar="K",
                         help="save after step K, then restart from it (default: %(default)s)")
-    parser.add_argument("--checkpoint-dir", type=Path, default=Path("checkpoints"),
+    parser.add_argument("--checkpoint-dir", type=output_dir, default=Path("checkpoints"),
                         help="where the checkpoint goes; on a cluster, a file system every node "
                         "sees (default: %(default)s)")
     add_variant_arg(parser, bad="rank 0 saves its optimizer shard alone",
                     good="consolidate_state_dict(to=0), then rank 0 saves the whole state")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.save_at >= args.steps:
+        parser.error(f"--save-at {args.save_at} leaves no step to resume: give less than "
+                     f"--steps {args.steps}")
+    return args
 
 
 def build(ctx, seed: int, lr: float) -> tuple[DDP, ZeroRedundancyOptimizer]:

@@ -28,17 +28,18 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, make_parser, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=16, lr=1e-3)
-    parser.add_argument("--steps", type=int, default=10, help="optimizer steps (default: %(default)s)")
-    parser.add_argument("--width", type=int, default=128,
+    parser.add_argument("--steps", type=positive_int,
+                        default=10, help="optimizer steps (default: %(default)s)")
+    parser.add_argument("--width", type=positive_int, default=128,
                         help="width of the hidden layers (default: %(default)s)")
-    parser.add_argument("--blocks", type=int, default=4,
+    parser.add_argument("--blocks", type=positive_int, default=4,
                         help="hidden Linear(width, width) layers (default: %(default)s)")
     return parser.parse_args()
 
