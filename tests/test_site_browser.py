@@ -1,12 +1,15 @@
 """The built site, read in a real browser: Chromium (Debian's package, .ci/install-chromium)
-driven by Playwright at 1400x900, served from 127.0.0.1 by a thread of this process.
+driven by Playwright at 1400x900 and on a phone (390 px wide), served from 127.0.0.1 by a
+thread of this process.
 
-One visit of every page (of the generated source pages, the two widest: pages_of) serves
-every assertion: no local request answered with an error, no console error, no request
+One visit of every page per width (of the generated source pages, the two widest: pages_of)
+serves every assertion: no local request answered with an error, no console error, no request
 outside the site (offline readers, clusters), every image drawn, every code block as wide
 as its column at most, every tab set opening on its first tab (Bad) and switching when
-clicked. Search and a real click carried to the next page are tried once each. Without
-Chromium or Playwright the browser tests skip, and fail under CI.
+clicked, no chapter taller than 12,000 px at 1400 px; and at both widths nothing cut off (no
+sideways overflow of the page, nothing clipped: a wide table or code block scrolls inside its
+own box) and no copy button over code text. Search and a real click carried to the next page
+are tried once each. Without Chromium or Playwright the browser tests skip, and fail under CI.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from conftest import REPO, clean_env, run
 
 CHROMIUM = Path("/usr/bin/chromium")
 VIEWPORT = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+MAX_HEIGHT = 12_000  # px, a chapter at 1400 px wide (DEVELOPERS.md): split a longer one
 WAIT_MS = 15_000  # the longest any single browser step may take
 
 
@@ -139,6 +144,72 @@ INSPECT = """() => {
 }"""
 
 
+# Run in each page as loaded (and again with every tab panel and collapsed block shown):
+# what a reader of this width cannot see. Its height; the page wider than the window; any
+# element clipped by its own box (text cut with an ellipsis) or running past the window's
+# right edge outside a box that scrolls (a table or code block may scroll in its own box, if
+# that box fits); every copy button that lies over a character of its code block's text.
+LAYOUT = """() => {
+    const width = document.documentElement.clientWidth;
+    const shown = e => {
+        const r = e.getBoundingClientRect();
+        return r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== 'hidden';
+    };
+    const inScrollingBox = e => {  // a box that scrolls sideways and itself fits the window
+        for (let a = e.parentElement; a && a !== document.body; a = a.parentElement)
+            if (['auto', 'scroll'].includes(getComputedStyle(a).overflowX)
+                && a.getBoundingClientRect().right <= width + 1) return true;
+        return false;
+    };
+    const name = e => `<${e.tagName.toLowerCase()} class="${e.className}"> `
+        + JSON.stringify((e.innerText || '').trim().slice(0, 60));
+    const cut = [];
+    if (document.documentElement.scrollWidth > width)
+        cut.push(`the page is ${document.documentElement.scrollWidth} px wide in a ${width} px window`);
+    for (const e of document.querySelectorAll('.md-header *, .md-content *')) {
+        if (e.closest('.md-search') || !shown(e)) continue;
+        const style = getComputedStyle(e);
+        if (['hidden', 'clip'].includes(style.overflowX) && e.scrollWidth > e.clientWidth + 1)
+            cut.push(`${name(e)} clipped: ${e.scrollWidth} px of content in ${e.clientWidth} px`);
+        const right = e.getBoundingClientRect().right;
+        if (right > width + 1 && !inScrollingBox(e))
+            cut.push(`${name(e)} runs to ${Math.round(right)} px, past the ${width} px window`);
+    }
+    const covered = [];
+    const range = document.createRange();
+    for (const button of document.querySelectorAll('.md-code__button')) {
+        if (!shown(button)) continue;
+        const b = button.getBoundingClientRect();
+        const code = button.closest('pre').querySelector('code');
+        const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+        let hit = null;
+        for (let node = walker.nextNode(); node && !hit; node = walker.nextNode()) {
+            range.selectNodeContents(node);
+            const first = range.getClientRects()[0];
+            if (first && first.top >= b.bottom) break;  // lines below the button
+            for (let i = 0; i < node.length && !hit; i++) {
+                if (!node.data[i].trim()) continue;
+                range.setStart(node, i);
+                range.setEnd(node, i + 1);
+                for (const c of range.getClientRects())
+                    if (c.right > b.left && c.left < b.right && c.bottom > b.top && c.top < b.bottom)
+                        hit = node.data;
+            }
+        }
+        if (hit) covered.push(`over ${JSON.stringify(hit.trim())} in: ` + code.innerText.split('\\n')[0]);
+    }
+    return {height: document.documentElement.scrollHeight, cut, covered};
+}"""
+
+# Every tab panel and collapsed block shown, for LAYOUT's second look.
+SHOW_ALL = """() => {
+    document.querySelectorAll('details').forEach(d => d.open = true);
+    const style = document.createElement('style');
+    style.textContent = '.tabbed-set > .tabbed-content > .tabbed-block { display: block !important }';
+    document.head.append(style);
+}"""
+
+
 @dataclass
 class Visit:
     """What one page showed."""
@@ -149,6 +220,27 @@ class Visit:
     wide_code: list[str] = field(default_factory=list)
     tab_sets: list[dict] = field(default_factory=list)  # as loaded
     tabs_after_click: list[dict] = field(default_factory=list)  # second tab clicked
+    height: int = 0  # px, as loaded
+    cut: list[str] = field(default_factory=list)  # what a reader of this width cannot see
+    covered: list[str] = field(default_factory=list)  # code text under a copy button
+
+
+def load(page, url: str) -> None:
+    """Open a page and wait for the site's script to have added its copy buttons."""
+    page.goto(url, wait_until="load")
+    page.wait_for_function("() => !document.querySelector('pre > code') "
+                           "|| document.querySelector('.md-code__button')")
+
+
+def look(page, visit: Visit, then_show_all: str | None = SHOW_ALL) -> None:
+    """LAYOUT as loaded, and again once `then_show_all` has shown every hidden block."""
+    seen = page.evaluate(LAYOUT)
+    visit.height, visit.cut, visit.covered = seen["height"], seen["cut"], seen["covered"]
+    if then_show_all:
+        page.evaluate(then_show_all)
+        seen = page.evaluate(LAYOUT)
+        visit.cut += [c for c in seen["cut"] if c not in visit.cut]
+        visit.covered += [c for c in seen["covered"] if c not in visit.covered]
 
 
 @pytest.fixture(scope="module")
@@ -171,14 +263,59 @@ def visits(site: Path, server: Server, browser) -> dict[str, Visit]:
     try:
         for path in pages_of(site):
             current = results[path] = Visit()
-            page.goto(server.url + path, wait_until="load")
-            seen = page.evaluate(INSPECT)
+            load(page, server.url + path)
+            look(page, current, then_show_all=None)
+            seen = page.evaluate(INSPECT)  # shows every hidden block, for LAYOUT's second look
+            more = page.evaluate(LAYOUT)
+            current.cut += [c for c in more["cut"] if c not in current.cut]
+            current.covered += [c for c in more["covered"] if c not in current.covered]
             current.broken_images = seen["brokenImages"]
             current.tab_sets, current.tabs_after_click = seen["tabsAsLoaded"], seen["tabsAfterClick"]
             current.wide_code = seen["wideCode"]
     finally:
         context.close()
     return results
+
+
+@pytest.fixture(scope="module")
+def phone_visits(site: Path, server: Server, browser) -> dict[str, Visit]:
+    """Every page once more, on a phone's screen: what LAYOUT finds, as loaded and all shown."""
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    context.set_default_timeout(WAIT_MS)
+    results: dict[str, Visit] = {}
+    try:
+        page = context.new_page()
+        for path in pages_of(site):
+            results[path] = Visit()
+            load(page, server.url + path)
+            look(page, results[path])
+    finally:
+        context.close()
+    return results
+
+
+def _layout_problems(visits: dict[str, Visit]) -> list[str]:
+    return [f"{path or '/'}: {problem}" for path, v in visits.items() for problem in v.cut] + [
+        f"{path or '/'}: a copy button lies {problem}" for path, v in visits.items() for problem in v.covered]
+
+
+def test_nothing_is_cut_off_or_under_a_copy_button_at_1400_px(visits):
+    problems = _layout_problems(visits)
+    assert not problems, "\n".join(problems)
+
+
+def test_nothing_is_cut_off_or_under_a_copy_button_on_a_phone(phone_visits):
+    assert len(phone_visits) > 15, sorted(phone_visits)
+    problems = _layout_problems(phone_visits)
+    assert not problems, "at 390 px:\n" + "\n".join(problems)
+
+
+def test_no_chapter_is_taller_than_12000_px(visits):
+    heights = {path: v.height for path, v in visits.items() if path.startswith("chapters/")}
+    assert len(heights) >= 17 and all(heights.values()), heights
+    tall = {path: height for path, height in heights.items() if height > MAX_HEIGHT}
+    assert not tall, (f"chapters taller than {MAX_HEIGHT:,} px at 1400 px wide (split them, or move "
+                      f"detail into collapsed blocks): {tall}")
 
 
 def test_every_page_loads_everything_it_needs_from_the_site(visits, server):
@@ -249,16 +386,22 @@ def test_search_finds_a_chapter(site, server, browser):
 
 def test_each_chapter_links_its_scripts_to_their_source_pages(site):
     """The "Scripts in `scripts/NN_topic/`" line links every file of the folder to a page of
-    the site that shows that file (docs/hooks/source_pages.py)."""
+    the site that shows that file (docs/hooks/source_pages.py). A folder with two pages
+    (12 and 12b) shares its files between their Scripts lines."""
+    linked: dict[str, set[str]] = {}
     for chapter in sorted((REPO / "chapters").glob("*.md")):
         html = (site / "chapters" / chapter.stem / "index.html").read_text()
         line = re.search(r"<p>Scripts in (.*?)</p>", html, re.S)
         assert line, f"{chapter.name} has no 'Scripts in `scripts/{chapter.stem}/`' line"
-        linked = set(re.findall(r'href="\.\./\.\./source/([^"]+)/"', line.group(1)))
-        folder = REPO / "scripts" / chapter.stem
+        named = re.search(r"scripts/(\d{2}_[\w-]+)/", line.group(1))
+        folder_name = named.group(1) if named else chapter.stem
+        links = re.findall(r'href="\.\./\.\./source/([^"]+)/"', line.group(1))
+        linked.setdefault(folder_name, set()).update(links)
+    for folder_name, paths in linked.items():
+        folder = REPO / "scripts" / folder_name
         for script in sorted(folder.glob("*.py")) + sorted(folder.glob("*.sh")):
             path = script.relative_to(REPO).as_posix()
-            assert path in linked, f"{chapter.name}: {script.name} is not linked from its Scripts line"
+            assert path in paths, f"{script.name} is not linked from a Scripts line of its chapters"
             shown = (site / "source" / path / "index.html").read_text()
             first = next(line for line in script.read_text().splitlines() if line.strip())
             assert first in html_text(shown), f"{path}: its page does not show the file"
