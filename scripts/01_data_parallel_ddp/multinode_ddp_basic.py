@@ -11,7 +11,7 @@ Run it (the same file, unchanged, everywhere):
     qsub scripts/01_data_parallel_ddp/torchrun_multigpu_ddp.sh           # PBS cluster
 
 The pitfall (--variant bad): no DistributedSampler, so every rank trains on the whole
-data set. N ranks do N times the work, and an epoch takes no less time than on one.
+data set. N ranks do N times the work: each still goes through all of it, every epoch.
 """
 
 import sys
