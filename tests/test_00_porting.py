@@ -196,6 +196,17 @@ def assert_job_trained(output: str, tmp_path: Path, job_id: str, nodes: int, wor
     assert (tmp_path / "model.pt").exists()
 
 
+def test_templates_say_what_to_set(tmp_path):
+    """What is missing, said before anything starts (bash alone, no scheduler: a second each)."""
+    cases = [("slurm_job.sh", {}, "not inside a Slurm job: submit it with sbatch"),
+             ("pbs_job.sh", {"VENV": str(tmp_path)}, f"no virtual environment at VENV={tmp_path}: set VENV"),
+             ("pbs_job.sh", {"TRAIN_SCRIPT": "mine.py"}, f"no script at TRAIN_SCRIPT=mine.py in {tmp_path}")]
+    for template, extra, message in cases:
+        env = clean_env(HOME=str(tmp_path), **{**template_env(tmp_path), **extra})
+        result = run(["bash", FOLDER / template], env=env, cwd=tmp_path, timeout=30)
+        assert result.returncode == 1 and message in result.output, (template, result.output)
+
+
 def test_slurm_template_under_sbatch(slurm, tmp_path):
     """sbatch with the template as it is but for what the one-node CPU test cluster lacks:
     --nodes=1 and no GPUs (given on the sbatch line, which overrides the #SBATCH lines)."""

@@ -27,8 +27,10 @@ NODE_LAUNCHER="${NODE_LAUNCHER:-mpiexec --ppn 1}"
 # --8<-- [end:edit]
 
 cd "${PBS_O_WORKDIR:-$PWD}"  # PBS starts the job in $HOME: back to where qsub ran
+[[ -f "$VENV/bin/activate" ]] || { echo "no virtual environment at VENV=$VENV: set VENV (top of this file)" >&2; exit 1; }
 # shellcheck source=/dev/null
 source "$VENV/bin/activate"  # (and `module load ...` here, if your site needs modules)
+[[ -f "$TRAIN_SCRIPT" ]] || { echo "no script at TRAIN_SCRIPT=$TRAIN_SCRIPT in $PWD: set TRAIN_SCRIPT" >&2; exit 1; }
 read -r -a train_args <<< "$TRAIN_ARGS"
 read -r -a node_launcher <<< "$NODE_LAUNCHER"
 

@@ -5,10 +5,10 @@
 #SBATCH --gpus-per-node=4
 #SBATCH --cpus-per-task=16
 #SBATCH --time=00:30:00
-# Your DDP script on Slurm: N nodes x G GPUs (--nodes, --gpus-per-node above). Copy this file
-# into your project: it uses nothing from this repository. Edit the lines marked EDIT, add
-# your site's account and partition (#SBATCH -A ..., #SBATCH -p ...), and submit from the
-# folder the paths below are relative to:
+# Your DDP script on Slurm: N nodes x G GPUs (--nodes, --gpus-per-node above; no GPUs:
+# remove that line). Copy this file into your project: it uses nothing from this repository.
+# Edit the lines marked EDIT, add your site's account and partition (#SBATCH -A ...,
+# #SBATCH -p ...), and submit from the folder the paths below are relative to:
 #     sbatch slurm_job.sh
 # What it does: srun starts one torchrun on each node (one task per node); the torchruns meet
 # at the first node, on a port derived from the job id, and each starts one process per GPU.
@@ -23,8 +23,11 @@ CPU_PROCESSES_PER_NODE="${CPU_PROCESSES_PER_NODE:-2}"             # without GPUs
 # -----------------------------------------------------------------------------------------
 # --8<-- [end:edit]
 
+[[ -n "${SLURM_JOB_ID:-}" ]] || { echo "not inside a Slurm job: submit it with sbatch" >&2; exit 1; }
+[[ -f "$VENV/bin/activate" ]] || { echo "no virtual environment at VENV=$VENV: set VENV (top of this file)" >&2; exit 1; }
 # shellcheck source=/dev/null
 source "$VENV/bin/activate"  # (and `module load ...` here, if your site needs modules)
+[[ -f "$TRAIN_SCRIPT" ]] || { echo "no script at TRAIN_SCRIPT=$TRAIN_SCRIPT in $PWD: set TRAIN_SCRIPT" >&2; exit 1; }
 read -r -a train_args <<< "$TRAIN_ARGS"
 
 # The job's nodes, each once, in order; the first one hosts the rendezvous.
