@@ -1,5 +1,6 @@
-"""utils/distributed.py: the launcher table, read from environments alone (no processes),
-and the errors a user gets for a broken launch environment (real processes)."""
+"""utils/distributed.py and its parts (utils/launch_env.py, utils/rendezvous.py): the launcher
+table, read from environments alone (no processes), and the errors a user gets for a broken
+launch environment (real processes)."""
 
 from __future__ import annotations
 

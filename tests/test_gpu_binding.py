@@ -2,7 +2,7 @@
 scheduler's variables and CUDA_VISIBLE_DEVICES are set as each binding style sets them, and
 a fake `nvidia-smi` stands on PATH where a test needs one.
 
-- which GPU a rank uses, for every way sites bind GPUs to ranks (utils/distributed.py's
+- which GPU a rank uses, for every way sites bind GPUs to ranks (utils/devices.py's
   visible_device_index, through setup_distributed's backend and device choice);
 - the silent-CPU guard: a job that was given GPUs but whose torch cannot use CUDA stops
   with one line that says why and how to force CPUs, instead of training on gloo;
@@ -177,7 +177,7 @@ def test_the_guard_as_a_user_meets_it(fake_nvidia_smi):
     assert forced.clean_summary()["world_size"] == "1"
 
 
-# ---- failure demonstrations: a gloo side group under nccl (utils/distributed.py)
+# ---- failure demonstrations: a gloo side group on GPUs (utils/distributed.py's timeout_group)
 def test_failure_demonstrations_run_over_gloo_on_cpu_tensors_under_nccl():
     import dataclasses
     import datetime
