@@ -1,13 +1,14 @@
 # The two commands of the README:
-#   make quickstart   set up .venv from requirements.txt, run chapter 01 on 2 CPU processes
+#   make quickstart   set up .venv from requirements.txt, run chapter 01's pitfall and its fix
+#                     on 2 CPU processes (make quickstart CPU=1: CPU-only torch, about 200 MB)
 #   make test         set up everything the tests need, then run the whole suite
-# make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl as one rank, the
-#                   multi-rank pitfalls as 2 ranks sharing the GPUs (--backend gloo-cuda), and
-#                   nccl on all GPUs where there are 2+; skipped, with the reason, without CUDA
+# make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl on all visible
+#                   GPUs; skipped, with the reason, without CUDA and 2 GPUs
 # make mpi: an MPI from PyPI in .venv (MPICH: its libmpi and mpiexec) for .venv's mpi4py, so that
 # the README's `mpiexec -n 4 python ...` runs after `source .venv/bin/activate`. On a cluster
 # use the site's MPI instead (docs/launchers.md).
-# Other targets: make docs (build the site into site/), make serve, make lint,
+# Other targets: make docs (build the site into site/), make serve (both install only
+# requirements-docs.txt), make lint,
 # make outputs (re-capture docs/outputs/*.txt and docs/images/, the runs the chapters show), make clean.
 
 PYTHON ?= python3
@@ -19,8 +20,20 @@ MPIS   := openmpi mpich
 
 .PHONY: quickstart mpi test test-quick test-gpu lint docs serve outputs clean
 
+# Chapter 01's pitfall, then its fix, on 2 CPU processes; then what to read next.
+QUICKSTART := OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
 quickstart: $(VENV)/.installed
-	$(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
+	@echo; echo "== 1/2 The pitfall: no DistributedSampler (--variant bad), 2 processes under torchrun"
+	$(QUICKSTART) --variant bad
+	@echo; echo "== 2/2 The fix: a DistributedSampler (--variant good)"
+	$(QUICKSTART) --variant good
+	@echo
+	@echo "What you just saw: the same DDP job twice, on 2 processes."
+	@echo "  bad:  each process went through the whole data set (samples_per_rank = the data set, work=2.00x):"
+	@echo "        2 processes, twice the work, no split."
+	@echo "  good: the DistributedSampler gave each process its own half (work=1.00x)."
+	@echo "Next: chapter 01 explains it (chapters/01_data_parallel_ddp.md, or make serve for the site);"
+	@echo "      your own script: chapters/00_porting.md; every pitfall at a glance: docs/cheatsheet.md."
 
 mpi: $(VENV)/.mpi-installed
 	$(BIN)/mpiexec -n 2 $(BIN)/python scripts/01_data_parallel_ddp/multinode_ddp_basic.py
@@ -33,16 +46,16 @@ test-quick: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 	$(BIN)/python -m pytest -m quick
 
 test-gpu: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -m gpu -rs
+	$(BIN)/python -m pytest -m gpu
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/shellcheck -x scripts/*.sh scripts/*/*.sh .ci/run .ci/install-slurm .ci/install-chromium
 
-docs: $(VENV)/.dev-installed
+docs: $(VENV)/.docs-installed
 	$(BIN)/mkdocs build --strict
 
-serve: $(VENV)/.dev-installed
+serve: $(VENV)/.docs-installed
 	$(BIN)/mkdocs serve
 
 outputs: $(VENV)/.dev-installed
@@ -57,10 +70,21 @@ outputs: $(VENV)/.dev-installed
 	# chapter 14's elastic run on two simulated nodes (needs root: network namespaces)
 	RECORD_OUTPUTS=1 $(BIN)/python -m pytest tests/test_14_fault_tolerance.py -k elastic_a_node_leaves
 
+# CPU=1: torch and torchvision from PyTorch's CPU-only index first (about 200 MB, not 3 GB).
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 $(VENV)/.installed: requirements.txt
+	@echo "Installing into .venv: requirements.txt (torch, torchvision, matplotlib, nvitop, mpi4py)."
+	@if [ -n "$(CPU)" ]; then 	  echo "  CPU=1: torch and torchvision first, CPU-only, from $(TORCH_CPU_INDEX): about 200 MB."; 	else 	  echo "  On Linux, pip's default torch brings NVIDIA's CUDA libraries: about 3 GB to download"; 	  echo "  (torch's CUDA wheel is about 550 MB; the libraries it pulls in, about 2.5 GB)."; 	  echo "  No NVIDIA GPU? Ctrl-C now, then: make quickstart CPU=1 (CPU-only torch, about 200 MB)."; 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt
+	$(if $(CPU),$(BIN)/pip install torch torchvision --index-url $(TORCH_CPU_INDEX))
+	$(BIN)/pip install -r requirements.txt
+	touch $@
+
+# The site alone (make docs, make serve): mkdocs-material, no torch.
+$(VENV)/.docs-installed: requirements-docs.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements-docs.txt
 	touch $@
 
 $(VENV)/.mpi-installed: $(VENV)/.installed
