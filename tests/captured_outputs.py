@@ -108,6 +108,13 @@ TOLERANCES = [
               why="ResNet-18's fp32 convolutions: oneDNN picks its kernels by instruction set, and "
                   "BatchNorm on random images amplifies the rounding over the steps (2.4723 on "
                   "the capturing CPU, 2.4843 on one with AMX and AVX-512 FP16)"),
+    Tolerance("12_accuracy_*.txt", relative=0.1, points=0.0, absolute=0.15,
+              lines=r"^epoch \d+: loss|^summary: .* accuracy=",
+              why="the small model's fp32 convolutions over 218 steps: oneDNN picks its kernels by "
+                  "instruction set, and the runs drift apart (with AVX-512 off, as test_site's "
+                  "OTHER_CPU: epoch 1's accuracy 0.6472 against 0.7889 here, the last loss 0.2037 "
+                  "against 0.2206, the final accuracy 0.9806 against 0.9722); the chapter's test "
+                  "asserts what holds: both runs above 95% and within 2 points of each other"),
     Tolerance("17_mesh.txt", relative=0.0, points=0.0, absolute=1e-6,
               lines=r"largest \|sharded MLP - whole MLP\||tp_output_diff=",
               why="the tensor-parallel output minus the whole MLP's is fp32 rounding noise (the "

@@ -90,7 +90,8 @@ def is_communication(event: dict) -> bool:
     """A collective as it ran: on gloo, the "gloo:all_reduce" (broadcast, ...) annotations
     that gloo's worker thread records around each collective it executes; on nccl, the
     NCCL kernels on the GPU ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", cat "kernel").
-    Not "c10d::allreduce_": on the training thread, that is only the call that queues it."""
+    Not "c10d::allreduce_": that is only the call that queues it, on the thread that runs
+    backward() (the training thread on a CPU; on CUDA, the autograd engine's device thread)."""
     name = event.get("name", "")
     return name.startswith("gloo:") or (event.get("cat") == "kernel" and name.startswith("nccl"))
 

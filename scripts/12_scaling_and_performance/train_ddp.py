@@ -1,17 +1,22 @@
-"""Chapter 12: ResNet-18 on CIFAR-10 (or FakeData) with DDP, and the starved input pipeline.
+"""Chapter 12: a convolutional network on 32x32 images with DDP, and the starved input pipeline.
 
 train_single.py with the few lines DDP changes. --variant bad: the batches are made by the
 training process between two steps (num_workers=0), copied with blocking copies; good:
-loader workers, pinned memory (GPU), persistent workers, non-blocking copies. Every step is
-timed: waiting for data against computing. --monitor-dir DIR: nvitop samples each node's GPUs
-and host (local rank 0) into DIR/monitor_<host>.csv and a plot.
+loader workers, pinned memory (GPU), persistent workers, non-blocking copies; device: the data
+set on the device, each rank's batch cut from it by the DistributedSampler's indices and
+augmented there. Every step is timed (waiting for data against computing); after training,
+steps on one batch already on the device measure the step's own ceiling. --monitor-dir DIR:
+nvitop samples each node's GPUs and host (local rank 0) into DIR/monitor_<host>.csv and a plot.
 
 Run it:
     torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py --variant bad
     torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py --variant good
+    torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py \\
+        --model small --variant device --batch-size 16 --lr 0.05 --epochs 5
     mpiexec -n 2 python scripts/12_scaling_and_performance/train_ddp.py --monitor-dir monitor/
     torchrun --standalone --nproc_per_node=4 scripts/12_scaling_and_performance/train_ddp.py \\
-        --data-dir ~/data/cifar10 --batch-size 256 --monitor-dir monitor/       # on GPUs
+        --data-dir ~/data/cifar10 --batch-size 256 --variant device --channels-last --bf16 \\
+        --monitor-dir monitor/                                                  # on GPUs
 """
 
 import os
@@ -29,12 +34,18 @@ from torch.utils.data import DistributedSampler
 from utils.cli import add_training_args, add_variant_arg, make_parser
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.monitor import Monitor
+from utils.timing import synchronized_clock
 from utils.vision import (
+    MODELS,
     StepTimes,
     add_workload_args,
-    cifar10_or_fake,
-    image_loader,
-    resnet18_cifar,
+    batch_race,
+    build_pipeline,
+    ceiling_step,
+    check_steps,
+    evaluate,
+    linear_decay,
+    load_images,
     train_epoch,
 )
 
@@ -43,7 +54,9 @@ def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=2, batch_size=8, lr=0.01)
     add_variant_arg(parser, bad="num_workers=0: each batch made between steps, blocking copies",
                     good="loader workers, pinned memory, persistent workers, non-blocking copies")
-    return add_workload_args(parser).parse_args()
+    args = add_workload_args(parser).parse_args()
+    args.data = "cifar10" if args.data_dir else args.data
+    return args
 
 
 def start_monitor(directory: str | None, local_rank: int) -> Monitor | None:
@@ -56,13 +69,12 @@ def start_monitor(directory: str | None, local_rank: int) -> Monitor | None:
     return Monitor(Path(directory) / f"monitor_{socket.gethostname()}.csv", here)
 
 
-def average_over_ranks(totals: tuple[float, float, int], device: torch.device) -> tuple[float, float, int]:
-    """The ranks' mean seconds waiting and computing (a slow rank makes the others wait
-    inside the all-reduce, which counts as computing)."""
-    wait, compute, steps = totals
-    tensor = torch.tensor([wait, compute], dtype=torch.float64, device=device)
+def mean_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    """The ranks' mean of each value (seconds: a slow rank makes the others wait inside the
+    all-reduce, which counts as computing)."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
-    return tensor[0].item() / dist.get_world_size(), tensor[1].item() / dist.get_world_size(), steps
+    return (tensor / dist.get_world_size()).tolist()
 
 
 def main() -> None:
@@ -71,36 +83,50 @@ def main() -> None:
     ctx = setup_distributed(args.backend, args.timeout)
     device, world_size, rank = ctx.device, ctx.world_size, ctx.rank
     torch.manual_seed(args.seed)
-    # 2. The data, and the loader of --variant.
-    dataset, about = cifar10_or_fake(args.data_dir, download=args.download, fake_size=args.fake_size,
-                                     read_latency_ms=args.read_latency_ms)
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=args.seed)
-    loader = image_loader(dataset, args.batch_size, device, args.variant, sampler, args.workers,
-                          ctx.local_world_size)
-    print0(f"{about}; world_size={world_size} device={device.type} variant={args.variant}")
+    # 2. The data (a training and a held-out split), and the pipeline of --variant.
+    train, held_out, about = load_images(args.data, args.data_dir, download=args.download,
+                                         fake_size=args.fake_size, seed=args.seed)
+    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, seed=args.seed)
+    batches, how = build_pipeline(args, train, device, sampler, args.seed + rank, ctx.local_world_size)
+    total_steps = check_steps(args, len(batches))
+    print0(f"{about}; world_size={world_size} device={device.type} variant={args.variant}: {how}")
     monitor = start_monitor(args.monitor_dir, ctx.local_rank)
-    # 3. The model and its optimizer.
-    model = DDP(resnet18_cifar().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    # 3. The model, its optimizer and the learning rate's decay to 0.
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = DDP(MODELS[args.model]().to(device, memory_format=memory_format),
+                device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    # 4. Train, timing every step.
-    times = StepTimes(device, args.warm_up)
+    schedule = linear_decay(optimizer, total_steps)
+    # 4. Train, timing every step; the held-out accuracy after every whole epoch.
+    times, began = StepTimes(device, args.warm_up), synchronized_clock(device)
+    whole_epochs, accuracy = (args.steps_per_epoch or len(batches)) >= len(batches), ""
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        loss = train_epoch(model, optimizer, loader, device, times, args.steps_per_epoch,
-                           non_blocking=args.variant == "good")
-        print0(f"epoch {epoch}: loss {loss:.4f} (rank 0)")
-    # 5. Report: time per step waiting for data and computing, and images per second.
-    wait, compute, steps = average_over_ranks(times.totals(), device)
+        loss = train_epoch(model, optimizer, batches, device, times, args.steps_per_epoch,
+                           non_blocking=args.variant == "good", bf16=args.bf16, schedule=schedule)
+        if whole_epochs:
+            accuracy = f" accuracy={evaluate(model, held_out, device, rank, world_size):.4f}"
+        elapsed = synchronized_clock(device) - began
+        print0(f"epoch {epoch}: loss {loss:.4f} (rank 0){accuracy} time={elapsed:.1f}s")
+    # 5. The ceiling: steps on one batch already on the device; device: one batch made both ways.
+    ceiling = ceiling_step(model, optimizer, next(iter(batches)), device, args.ceiling_steps, args.bf16)
+    race = f" {batch_race(train, batches, args.batch_size, device)}" if args.variant == "device" else ""
+    # 6. Report: time per step waiting for data and computing, and images per second.
+    wait, compute, steps = times.totals()
+    wait, compute, ceiling = mean_over_ranks([wait, compute, ceiling], device)
     per_step = (f"data_wait={wait / steps:.4f}s compute={compute / steps:.4f}s "
                 f"data_wait_share={100 * wait / (wait + compute):.1f}%")
     rate = world_size * args.batch_size * steps / (wait + compute)
+    most = world_size * args.batch_size / ceiling
     extra = f" {monitor.stop()}" if monitor else ""
     if device.type == "cuda":
         extra += f" max_memory_allocated={torch.cuda.max_memory_allocated(device) / 2**20:.0f}MiB"
     print0(f"summary: world_size={world_size} rank={rank} variant={args.variant} steps={steps} "
-          f"{per_step} throughput={rate:.0f} samples/s{extra}")
+           f"{per_step} throughput={rate:.0f} samples/s ceiling={most:.0f} samples/s "
+           f"ceiling_share={100 * rate / most:.1f}%{accuracy} "
+           f"time={elapsed:.1f}s{race}{extra}")
     del model  # DDP holds the process group: release it first (chapter 01)
-    del loader  # its workers stop now, not at exit (there, now and then, a "leaked semaphore" warning)
+    del batches  # a loader's workers stop now, not at exit (there, now and then, a "leaked semaphore")
     cleanup_distributed()
 
 
