@@ -308,3 +308,14 @@ def test_a_missing_rank_ends_the_check_in_its_timeout(monkeypatch):
     outcome = check_all([0, 0], world_size=3, timeout_s=1.0)  # rank 2 never comes
     for rank in (0, 1):
         assert "waited 1 s for the other ranks to say which GPU they use" in outcome[rank], outcome
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has GPUs: the shared mode would run")
+def test_shared_mode_without_gpus_as_a_user_meets_it():
+    """DDP_BACKEND=gloo-cuda (as --backend gloo-cuda) on a machine without CUDA: one line, exit 1."""
+    result = python(BASIC, "--epochs", "1", env=clean_env(DDP_BACKEND="gloo-cuda"), timeout=90)
+    assert result.returncode == 1, result.output
+    assert "Traceback" not in result.output, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("setup_distributed: --backend gloo-cuda needs CUDA GPUs and none is visible"), last
+    assert last.endswith("use --backend gloo."), last
