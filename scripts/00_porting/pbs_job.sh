@@ -27,10 +27,14 @@ NODE_LAUNCHER="${NODE_LAUNCHER:-mpiexec --ppn 1}"
 # --8<-- [end:edit]
 
 cd "${PBS_O_WORKDIR:-$PWD}"  # PBS starts the job in $HOME: back to where qsub ran
-[[ -f "$VENV/bin/activate" ]] || { echo "no virtual environment at VENV=$VENV: set VENV (top of this file)" >&2; exit 1; }
+if [[ ! -f "$VENV/bin/activate" ]]; then
+    echo "no virtual environment at VENV=$VENV: set VENV (top of this file)" >&2; exit 1
+fi
 # shellcheck source=/dev/null
 source "$VENV/bin/activate"  # (and `module load ...` here, if your site needs modules)
-[[ -f "$TRAIN_SCRIPT" ]] || { echo "no script at TRAIN_SCRIPT=$TRAIN_SCRIPT in $PWD: set TRAIN_SCRIPT" >&2; exit 1; }
+if [[ ! -f "$TRAIN_SCRIPT" ]]; then
+    echo "no script at TRAIN_SCRIPT=$TRAIN_SCRIPT in $PWD: set TRAIN_SCRIPT" >&2; exit 1
+fi
 read -r -a train_args <<< "$TRAIN_ARGS"
 read -r -a node_launcher <<< "$NODE_LAUNCHER"
 
@@ -61,7 +65,11 @@ echo "job $job_id: ${#nodes[@]} node(s) [${nodes[*]}] x $nproc_per_node process(
 # where the node file's names are not what `hostname` says (HPE/Cray: x1000c0s0b0n0.hsn...
 # for x1000c0s0b0n0). Arguments: this node's host name, torchrun's path, then torchrun's.
 # shellcheck disable=SC2016  # expanded on each node, not here
-on_each_node='first=$1 torchrun=$2; shift 2; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
+{
+    on_each_node='first=$1 torchrun=$2; shift 2'
+    on_each_node+='; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true'
+    on_each_node+='; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
+}
 cmd=(bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
      --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$job_id"

@@ -24,10 +24,14 @@ CPU_PROCESSES_PER_NODE="${CPU_PROCESSES_PER_NODE:-2}"             # without GPUs
 # --8<-- [end:edit]
 
 [[ -n "${SLURM_JOB_ID:-}" ]] || { echo "not inside a Slurm job: submit it with sbatch" >&2; exit 1; }
-[[ -f "$VENV/bin/activate" ]] || { echo "no virtual environment at VENV=$VENV: set VENV (top of this file)" >&2; exit 1; }
+if [[ ! -f "$VENV/bin/activate" ]]; then
+    echo "no virtual environment at VENV=$VENV: set VENV (top of this file)" >&2; exit 1
+fi
 # shellcheck source=/dev/null
 source "$VENV/bin/activate"  # (and `module load ...` here, if your site needs modules)
-[[ -f "$TRAIN_SCRIPT" ]] || { echo "no script at TRAIN_SCRIPT=$TRAIN_SCRIPT in $PWD: set TRAIN_SCRIPT" >&2; exit 1; }
+if [[ ! -f "$TRAIN_SCRIPT" ]]; then
+    echo "no script at TRAIN_SCRIPT=$TRAIN_SCRIPT in $PWD: set TRAIN_SCRIPT" >&2; exit 1
+fi
 read -r -a train_args <<< "$TRAIN_ARGS"
 
 # The job's nodes, each once, in order; the first one hosts the rendezvous.
@@ -50,7 +54,11 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-1}"
 # where the node list's names are not what `hostname` says. Arguments: this node's host
 # name, torchrun's path, then torchrun's arguments.
 # shellcheck disable=SC2016  # expanded on each node, not here
-on_each_node='first=$1 torchrun=$2; shift 2; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
+{
+    on_each_node='first=$1 torchrun=$2; shift 2'
+    on_each_node+='; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true'
+    on_each_node+='; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
+}
 cmd=(srun --kill-on-bad-exit=1 --nodes="${#nodes[@]}" --ntasks-per-node=1
      bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
      --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
