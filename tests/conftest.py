@@ -375,7 +375,7 @@ NOT_QUICK = {
     "test_distributed_setup.py::test_unreachable_master_fails_within_the_timeout",
 }
 QUICK_TESTS = {
-    "test_00_porting.py::test_ddp_reaches_the_single_loss_and_only_rank_0_prints",
+    "test_00_porting.py::test_torchrun_trains_and_only_rank_0_prints",
     "test_01_data_parallel_ddp.py::test_pitfall_without_sampler_every_rank_trains_on_everything",
     "test_02_collectives.py::test_pitfall_skipped_all_reduce_times_out_and_the_fix_completes",
     "test_03_distributed_sampler.py::test_without_set_epoch_every_epoch_repeats_the_order_with_set_epoch_it_changes",
