@@ -182,18 +182,18 @@ LAYOUT = """() => {
         const b = button.getBoundingClientRect();
         const code = button.closest('pre').querySelector('code');
         const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+        const over = c => c.right > b.left && c.left < b.right && c.bottom > b.top && c.top < b.bottom;
         let hit = null;
         for (let node = walker.nextNode(); node && !hit; node = walker.nextNode()) {
             range.selectNodeContents(node);
-            const first = range.getClientRects()[0];
-            if (first && first.top >= b.bottom) break;  // lines below the button
-            for (let i = 0; i < node.length && !hit; i++) {
+            const rects = [...range.getClientRects()];
+            if (rects.length && rects[0].top >= b.bottom) break;  // lines below the button
+            if (!rects.some(over)) continue;
+            for (let i = 0; i < node.length && !hit; i++) {  // which character: not a space
                 if (!node.data[i].trim()) continue;
                 range.setStart(node, i);
                 range.setEnd(node, i + 1);
-                for (const c of range.getClientRects())
-                    if (c.right > b.left && c.left < b.right && c.bottom > b.top && c.top < b.bottom)
-                        hit = node.data;
+                if ([...range.getClientRects()].some(over)) hit = node.data;
             }
         }
         if (hit) covered.push(`over ${JSON.stringify(hit.trim())} in: ` + code.innerText.split('\\n')[0]);
