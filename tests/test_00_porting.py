@@ -92,8 +92,9 @@ def test_ddp_reaches_the_single_loss():
     assert abs(ddp_loss - single_loss) <= LOSS_TOLERANCE * single_loss, (single_loss, ddp_loss)
 
 
-def test_diff_shows_only_the_lines_ddp_changes():
-    """The page's diff, made from the files: the changes the page walks through, nothing else."""
+def test_diff_holds_every_change_the_page_walks_through():
+    """The page's diff, made from the files, holds each change the page walks through; and
+    neither script imports anything from this repository."""
     diff = captured_run("00_diff.txt")
     assert diff.returncode == 1, diff.output  # diff's "the files differ"
     added = [line[1:].strip() for line in diff.output.splitlines() if line.startswith("+ ")]
