@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CASE_SECONDS = 5.0  # "within a few seconds": longer counts as a script that went to work
+CASE_SECONDS = 15.0  # "within a few seconds" (on a loaded machine): longer, a script that went to work
 
 # Bad values by the kind of flag; {FILE}, {DIR}, {EMPTY_DIR} are made by the walk.
 BAD_VALUES = {
@@ -338,6 +338,58 @@ def test_every_bad_value_gets_a_message(walked, name):
               for c in cases if (why := verdict(c))]
     assert not failed, (f"{len(failed)} of {len(cases)} bad inputs to {name} did not get a clear "
                         "message:\n" + "\n".join(failed))
+
+
+BASIC = "01_data_parallel_ddp/multinode_ddp_basic.py"
+
+
+@pytest.mark.quick
+def test_a_bad_value_exits_2_with_the_usage_line_and_no_traceback():
+    from conftest import python
+
+    result = python(BASIC, "--batch-size", "0", timeout=60)
+    assert result.returncode == 2, result.output
+    assert result.output.startswith("usage: multinode_ddp_basic.py"), result.output
+    assert ("multinode_ddp_basic.py: error: argument --batch-size: 0 is out of range: give a whole "
+            "number of 1 or more") in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.quick
+def test_every_script_is_walked_and_every_flag_has_a_kind():
+    """The walk covers what the glob finds, and each value-taking flag is a number, a path, a
+    choice or listed: a new script or flag cannot slip past it."""
+    cases = run_walk(names=[f"scripts/{BASIC}"])
+    flags = {case["flag"] for case in cases}
+    assert {"--epochs", "--batch-size", "--lr", "--seed", "--timeout", "--num-samples"} <= flags
+    assert len(scripts()) >= 30 and all(Path(REPO, name).is_file() for name in scripts())
+    assert all(case["kind"] is not None for case in cases), [c for c in cases if c["kind"] is None]
+
+
+def test_under_torchrun_rank_0_alone_prints_the_message():
+    """A bad value under torchrun x2: the usage line and the message once per job, from rank 0;
+    the other rank exits without repeating it (torchrun's own report of the failure follows)."""
+    from conftest import torchrun
+
+    result = torchrun(2, BASIC, "--batch-size", "0", timeout=120)
+    assert result.returncode != 0
+    assert result.count("error: argument --batch-size: 0 is out of range") == 1, result.output
+    assert result.count("usage: multinode_ddp_basic.py") == 1, result.output
+    assert "exitcode  : 2" in result.output  # rank 0's code, as torchrun reports it
+
+
+def test_under_torchrun_a_check_after_setup_prints_once_and_ends_every_rank():
+    """40 samples are fewer than one global batch of 2 ranks x 32: known after
+    setup_distributed(), printed by rank 0 once, and every rank exits (no hang)."""
+    from conftest import torchrun
+
+    result = torchrun(2, BASIC, "--num-samples", "40", "--batch-size", "32", timeout=120)
+    assert result.returncode != 0
+    message = ("error: --num-samples 40 is smaller than one optimizer step's samples (--batch-size 32 "
+               "x 2 ranks = 64): give --num-samples 64 or more, or a smaller --batch-size.")
+    assert result.count(message) == 1, result.output
+    assert result.count("usage: multinode_ddp_basic.py") == 1, result.output
+    assert "summary:" not in result.output and "epoch 1/" not in result.output
 
 
 def _main() -> None:

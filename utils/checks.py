@@ -1,5 +1,5 @@
-"""Checks of flags that depend on each other or on the world size, made after
-setup_distributed(): a usage error printed once, by rank 0, and exit 2 on every rank.
+"""Checks of flags that depend on each other, on the machine or on the world size: a usage
+error printed once, by rank 0, and exit 2 on every rank (before or after setup_distributed()).
 
 Each check depends on the flags and the world size only, so every rank comes to the same
 answer without talking to the others: no collective to wait in, no hang
@@ -7,6 +7,8 @@ answer without talking to the others: no collective to wait in, no hang
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from utils.cli import usage_error
 from utils.distributed import DistributedContext
@@ -45,3 +47,14 @@ def check_rank(ctx: DistributedContext, flag: str, rank: int | None) -> None:
     if rank is not None and not 0 <= rank < ctx.world_size:
         usage_error(f"{flag} {rank} is not a rank of this job of {_ranks(ctx.world_size)}: give 0 to "
                     f"{ctx.world_size - 1}.")
+
+
+CIFAR10_FOLDER = "cifar-10-batches-py"  # torchvision.datasets.CIFAR10.base_folder
+
+
+def check_cifar10_dir(data_dir: str | Path | None, download: bool) -> None:
+    """--data-dir holds a CIFAR-10 copy (torchvision's layout), unless --download fetches one."""
+    if data_dir is None or download or (Path(data_dir) / CIFAR10_FOLDER).is_dir():
+        return
+    usage_error(f"--data-dir {data_dir} has no CIFAR-10 in it (no {CIFAR10_FOLDER} folder): give the "
+                "folder that holds it, or add --download to fetch it there.")
