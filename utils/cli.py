@@ -151,8 +151,8 @@ def launch_rank() -> int:
 _last_parser: argparse.ArgumentParser | None = None
 
 
-def usage_error(message: str, parser: argparse.ArgumentParser | None = None) -> NoReturn:
-    """Exit 2 with argparse's usage line and `message`, printed once per job.
+def usage_error(message: str, parser: argparse.ArgumentParser | None = None, *, status: int = 2) -> NoReturn:
+    """Exit 2 (or `status`) with argparse's usage line and `message`, printed once per job.
 
     Before the process group exists: rank 0 prints; the other ranks wait a moment (for the
     launcher, which ends them once rank 0 has exited, so rank 0's message is never cut off)
@@ -170,14 +170,14 @@ def usage_error(message: str, parser: argparse.ArgumentParser | None = None) -> 
         from utils.distributed import cleanup_distributed
 
         cleanup_distributed()
-        sys.exit(2)
+        sys.exit(status)
     if launch_rank() == 0:
         parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: {message}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(status)
     sys.stderr.flush()
     time.sleep(NON_ZERO_RANK_GRACE_S)
-    os._exit(2)
+    os._exit(status)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from utils.checkpoint import atomic_torch_save
 from utils.checks import check_divisible, check_global_batch
-from utils.cli import add_variant_arg, existing_dir, make_parser, output_dir
+from utils.cli import add_variant_arg, existing_dir, make_parser, output_dir, usage_error
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.fsdp import BlockModel, add_fsdp_args, build_model, global_batch_slice, local_bytes, shard_model
@@ -58,8 +58,8 @@ def parse_args():
                     "gathers onto rank 0's CPU, one tensor at a time")
     args = parser.parse_args()
     if args.resume_from is not None and not (args.resume_from / ".metadata").exists():
-        parser.error(f"--resume-from {args.resume_from} holds no DCP checkpoint (no .metadata file): give "
-                     "a directory the good variant saved, e.g. checkpoints/ch16/epoch_1")
+        usage_error(f"--resume-from {args.resume_from}: not a DCP checkpoint (no .metadata file in it); give "
+                    "a directory the good variant saved, e.g. checkpoints/ch16/epoch_1", parser, status=1)
     return args
 
 
