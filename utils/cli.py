@@ -135,6 +135,9 @@ def output_file(text: str) -> Path:
 # --------------------------------------------------------------------------- usage errors
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PALS_RANKID", "PMI_RANK", "SLURM_PROCID")
 NON_ZERO_RANK_GRACE_S = 10.0  # the launcher ends the other ranks once rank 0 has exited
+# Launchers that end every rank at the first one's failure (torchrun's agent, Open MPI): there
+# the other ranks wait for rank 0's message. MPICH's Hydra and srun let each rank finish.
+_ENDS_THE_JOB_AT_A_FAILURE = ("TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK")
 
 
 def launch_rank() -> int:
@@ -154,11 +157,12 @@ _last_parser: argparse.ArgumentParser | None = None
 def usage_error(message: str, parser: argparse.ArgumentParser | None = None, *, status: int = 2) -> NoReturn:
     """Exit 2 (or `status`) with argparse's usage line and `message`, printed once per job.
 
-    Before the process group exists: rank 0 prints; the other ranks wait a moment (for the
-    launcher, which ends them once rank 0 has exited, so rank 0's message is never cut off)
-    and exit 2 silently. After setup_distributed(): call it on every rank with the same
-    condition (it depends on the flags and the world size only): rank 0 prints, every rank
-    meets in a barrier (under the job's timeout), leaves the process group and exits 2.
+    Before the process group exists: rank 0 prints; the other ranks exit silently, under
+    torchrun or Open MPI after a wait for the launcher, which ends them once rank 0 has exited
+    (so that their exit cannot end rank 0 before its message is out).
+    After setup_distributed(): call it on every rank with the same condition (one that depends
+    on the flags and the world size only): rank 0 prints, every rank meets in a barrier (under
+    the job's timeout), leaves the process group and exits.
     """
     parser = parser or _last_parser or argparse.ArgumentParser()
     import torch.distributed as dist
@@ -176,8 +180,9 @@ def usage_error(message: str, parser: argparse.ArgumentParser | None = None, *, 
         print(f"{parser.prog}: error: {message}", file=sys.stderr, flush=True)
         sys.exit(status)
     sys.stderr.flush()
-    time.sleep(NON_ZERO_RANK_GRACE_S)
-    os._exit(status)
+    if any(name in os.environ for name in _ENDS_THE_JOB_AT_A_FAILURE):
+        time.sleep(NON_ZERO_RANK_GRACE_S)
+    sys.exit(status)
 
 
 class _Parser(argparse.ArgumentParser):
