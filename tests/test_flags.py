@@ -71,6 +71,8 @@ VALID = {
     "--warm-up": {"0": "no step left out of the timings"},
     "--warmup": {"0": "no untimed steps first"},
     "--warmup-steps": {"0": "no learning-rate warm-up"},
+    "--overlap": {"0": "a share of the all-reduce hidden behind backward: none (on CPUs)"},
+    "--gpu-overlap": {"0": "a share of the all-reduce hidden behind backward: none"},
 }
 # Flags that take text and are neither numbers nor paths (none yet): {"flag": "reason"}.
 TEXT_FLAGS: dict[str, str] = {}
