@@ -15,9 +15,9 @@ must the exit code. The numbers in it:
 
 - Integers (counts, bytes, world sizes, steps) and zeros (identical replicas differ by exactly
   0) are exact.
-- Wall-clock readings (`0.172 s`, `epoch_time=0.163s`, `10303 samples/s`) are masked: they
-  differ on every run; so are ratios of them, printed as `...share=`, `...efficiency=` or
-  `...speedup=` (`data_wait_share=18.2%`, `weak_efficiency=0.93`).
+- Wall-clock readings (`0.172 s`, `epoch_time=0.163s`, `10303 samples/s`, `0.69 GB/s`) are masked: they
+  differ on every run; so are ratios of them, printed as `...share=`, `...efficiency=`,
+  `...speedup=` or `...timing_ratio=` (`data_wait_share=18.2%`, `weak_efficiency=0.93`).
 - Checksums of fp32 weights (`weights_crc=ac892451`) are masked: equal for two runs on one
   machine, which the chapter's tests check, but not on another CPU (below).
 - Other decimals (fp32 losses, checksums, differences between two computations) may move by one
@@ -56,10 +56,12 @@ EXIT_CODES = OUTPUTS / "exit_codes.json"
 LOG_LINE = re.compile(r"^\[?[WIE]\d{4} |^\*{5,}|^\s*$")
 # Wall clock, masked: durations ("0.172 s", "epoch_time=0.163s") and rates ("10303 samples/s").
 SECONDS = re.compile(r"(?<![\w.])\d+(\.\d+)? ?s\b")
-RATE = re.compile(r"(?<![\w.])\d+ samples/s\b")
+RATE = re.compile(r"(?<![\w.])\d+ samples/s\b|(?<![\w.])\d+(\.\d+)? ?GB/s\b")  # and bandwidths: 0.69 GB/s
 # Ratios of wall-clock readings, masked with them: a value printed after a key that ends in
-# "share", "efficiency" or "speedup" ("data_wait_share=18.2%", "weak_efficiency=1.00,0.93").
-TIMED_RATIO = re.compile(r"((?:share|efficiency|speedup)=)[-+]?\d+(?:\.\d+)?%?(?:,[-+]?\d+(?:\.\d+)?%?)*")
+# "share", "efficiency", "speedup" or "timing_ratio" ("data_wait_share=18.2%",
+# "weak_efficiency=1.00,0.93").
+TIMED_RATIO = re.compile(
+    r"((?:share|efficiency|speedup|timing_ratio)=)[-+]?\d+(?:\.\d+)?%?(?:,[-+]?\d+(?:\.\d+)?%?)*")
 # Checksums of fp32 weights ("weights_crc=ac892451"), masked: two runs on one machine give the
 # same one (the chapter's tests compare them), but another CPU rounds fp32 sums differently in
 # the last bits (its kernels vectorize differently), and a checksum has no "close".

@@ -205,8 +205,8 @@ def mpiexec(mpi: str, n: int, path: str, *args: str, launcher_args: tuple[str, .
 # A capture that reads what another one wrote runs after it (the background keeps each
 # chapter's captures in name order anyway).
 CAPTURE_NEEDS = {"17_checkpoint_bad_1.txt": ("17_checkpoint_bad.txt",)}
-TIMED_CAPTURES = {"12_loader_bad.txt", "12_loader_good.txt", "12_loader_device.txt", "12_comm_bench.txt",
-                  "12_profile_step.txt"}
+TIMED_CAPTURES = {"12_loader_bad.txt", "12_loader_good.txt", "12_loader_device.txt", "12_profile_step.txt",
+                  "12b_comm_bench.txt", "12b_scaling.txt", "12b_model.txt"}
 _CAPTURED_RUNS: dict[str, Future] = {}
 _CLAIMED: set[str] = set()  # captures a runner (foreground or background) has taken
 _CLAIM_LOCK = threading.Lock()

@@ -1,10 +1,8 @@
-"""Chapter 12, second half: the communication benchmark (nccl-tests' bandwidths, agreement with
-a bare all_reduce loop), the profiler's table of a DDP step, DataParallel on a CPU, and the
-linear learning-rate scaling rule."""
+"""Chapter 12, second half: the profiler's table of a DDP step, DataParallel on a CPU, and the
+linear learning-rate scaling rule (the communication benchmark: test_12b_scaling_out.py)."""
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
 import re
@@ -12,18 +10,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import REPO, captured_run, clean_env, mpiexec, python
+from conftest import REPO, captured_run, clean_env, python
 
 FOLDER = "12_scaling_and_performance"
-COMM = f"{FOLDER}/comm_bench.py"
 DP = f"{FOLDER}/dataparallel_vs_ddp.py"
-
-
-def comm_bench_module():
-    spec = importlib.util.spec_from_file_location("comm_bench", REPO / "scripts" / COMM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def seconds(value: str) -> float:
@@ -34,61 +24,6 @@ def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
     return struct.unpack(">II", data[16:24])
-
-
-# (op, S bytes, seconds, ranks) -> (algbw, busbw) in GB/s, worked out by hand from nccl-tests'
-# definitions: algbw = S / t; busbw = algbw x 2(n-1)/n, (n-1)/n, (n-1)/n, 1.
-HAND_COMPUTED = [
-    ("all_reduce", 1_000_000_000, 1.0, 4, 1.0, 1.5),
-    ("all_reduce", 8_000_000, 0.004, 8, 2.0, 3.5),
-    ("all_reduce", 4_000_000, 0.001, 2, 4.0, 4.0),
-    ("all_gather", 1_000_000_000, 0.5, 4, 2.0, 1.5),
-    ("all_gather", 6_000_000, 0.003, 2, 2.0, 1.0),
-    ("reduce_scatter", 3_000_000_000, 1.0, 3, 3.0, 2.0),
-    ("broadcast", 5_000_000_000, 2.0, 16, 2.5, 2.5),
-    ("all_reduce", 1_000_000, 1.0, 1, 0.001, 0.0),  # one rank: nothing crosses a link
-]
-
-
-@pytest.mark.parametrize(("op", "size", "secs", "ranks", "algbw", "busbw"), HAND_COMPUTED)
-def test_bandwidth_formulas_are_nccl_tests(op, size, secs, ranks, algbw, busbw):
-    got = comm_bench_module().bandwidths(op, size, secs, ranks)
-    assert got == pytest.approx((algbw, busbw), rel=1e-12)
-
-
-@pytest.mark.timed
-def test_comm_bench_agrees_with_a_bare_all_reduce_loop():
-    """The page's torchrun run: every size timed, and the bare loop within 5% on small sizes."""
-    result = captured_run("12_comm_bench.txt")
-    summary = result.clean_summary()
-    assert summary["launcher"] == "torchrun" and summary["world_size"] == "2", summary
-    assert summary["bare_loop_agrees"] == "yes", result.output
-    # 8 bytes to 32 KiB, by 4: 7 sizes, 25 pairs each, from each of the 2 ranks
-    assert summary["small_sizes"] == "7" and summary["pairs"] == str(7 * 25 * 2), summary
-    assert "the median ratio benchmark / bare loop is within 5% of 1" in result.output
-    # a row of four times per size, 8 bytes to 512 KiB, and the bare loop's row for each
-    rows = re.findall(r"^\s+(\d+)((?:\s+\d+\.\d+ s){4})$", result.output, flags=re.M)
-    assert [int(size) for size, _ in rows] == [8 * 4**k for k in range(9)], result.output
-    assert len(re.findall(r"benchmark \d+\.\d+ s  bare loop \d+\.\d+ s", result.output)) == 9
-
-
-@pytest.mark.timed  # the script exits 1 when its two timings disagree: it measures alone
-def test_comm_bench_under_mpiexec_writes_nccl_tests_bandwidths(tmp_path):
-    table, plot = tmp_path / "comm.csv", tmp_path / "comm.png"
-    result = mpiexec("openmpi", 2, COMM, "--max-bytes", "32768", "--csv", str(table), "--plot", str(plot))
-    summary = result.clean_summary()
-    assert summary["launcher"] == "openmpi" and summary["bare_loop_agrees"] == "yes", result.output
-    rows = list(csv.DictReader(table.open()))
-    assert [row["op"] for row in rows[:4]] == ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
-    assert len(rows) == 4 * 7
-    factor = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}  # n = 2
-    for row in rows:
-        size, secs = int(row["bytes"]), float(row["seconds"])
-        assert size % 8 == 0 and 0 < secs < 1, row  # S splits into 2 ranks' float32 halves
-        assert float(row["algbw_GBps"]) == pytest.approx(size / secs / 1e9, rel=1e-9), row
-        assert float(row["busbw_GBps"]) == pytest.approx(float(row["algbw_GBps"]) * factor[row["op"]],
-                                                         rel=1e-9), row
-    assert png_size(plot) == (700, 400)
 
 
 def merged_length(intervals: list[tuple[float, float]], start: float, end: float) -> float:

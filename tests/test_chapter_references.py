@@ -29,12 +29,12 @@ CHAPTER_PHRASE = re.compile(
     re.IGNORECASE,
 )
 # A markdown link to a chapter file: (14_x.md), (../chapters/14_x.md#anchor), ...
-CHAPTER_LINK = re.compile(r"\]\((?:[^)#\s]*/)?(\d{2}_[\w-]+\.md)")
+CHAPTER_LINK = re.compile(r"\]\((?:[^)#\s]*/)?(\d{2}[a-z]?_[\w-]+\.md)")  # 12b_x.md: chapter 12's second page
 
 
 def nav_chapters() -> set[str]:
     """The chapter files in mkdocs.yml's nav: {'01_data_parallel_ddp.md', ...}."""
-    return set(re.findall(r"^\s*-\s*[^:\n]+:\s*chapters/(\d{2}_[\w-]+\.md)\s*$",
+    return set(re.findall(r"^\s*-\s*[^:\n]+:\s*chapters/(\d{2}[a-z]?_[\w-]+\.md)\s*$",
                           (REPO / "mkdocs.yml").read_text(), flags=re.M))
 
 

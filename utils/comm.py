@@ -55,3 +55,8 @@ def bytes_written_by_this_process() -> int | None:
         return int(fields["wchar"])
     except (OSError, KeyError, ValueError):
         return None
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the gradients DDP all-reduces every step: every parameter that needs one."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

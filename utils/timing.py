@@ -52,3 +52,19 @@ class Clock:
         start.synchronize()
         return start.elapsed_time(end) / 1000.0  # elapsed_time is in milliseconds
 # --8<-- [end:clock]
+
+
+def train_step_seconds(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                       labels: torch.Tensor, steps: int, warm_up: int) -> float:
+    """Seconds per training step (forward, loss, backward, optimizer step) on one batch
+    already on the device: `warm_up` steps left out, then the mean of `steps`, read with a
+    synchronized clock. Under DDP every rank must call it with the same steps."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = 0.0
+    for step in range(warm_up + steps):
+        if step == warm_up:
+            start = synchronized_clock(images.device)
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(images), labels).backward()
+        optimizer.step()
+    return (synchronized_clock(images.device) - start) / steps

@@ -1,20 +1,21 @@
-"""Chapter 12: how DDP training scales, against what the hardware allows.
+"""Chapter 12b: the batch per rank that makes DDP pay, against what the hardware allows.
 
-For N = 1, 2, ... ranks (up to the GPUs, or else the CPU cores, this process may use), real
-launches of train_ddp.py under torchrun:
-- weak scaling: the same batch per rank (the effective batch grows with N);
-  efficiency T1/TN, T the time per step;
-- strong scaling: the same effective batch split over N ranks; efficiency T1/(N*TN);
-- the ceiling: N independent copies of train_single.py side by side, at the same time, no
-  DDP: what N devices (or cores) deliver without any communication. Its weak-scaling
-  efficiency T1/T(copies) is the most DDP can reach on this machine; DDP's own overhead is
-  the gap between the two.
-On a CPU every process gets one intra-op thread per core it stands for (OMP_NUM_THREADS).
+ResNet-18 trains on batches already in memory (no loader: the step itself is what scales),
+for every per-rank batch B of --batch-size, in two launches per N:
+- one process alone: T1(B), the baseline;
+- a DDP job of N ranks under torchrun that times, per batch and in turns (so that both see
+  the same load), the ceiling: every rank trains its own plain copy at the same time, no
+  communication, N copies side by side: Tc(B); then DDP: weak scaling TN(B), B per rank,
+  efficiency T1/TN; strong scaling, the batch B split over the N ranks, T1(B) / (N * TN(B/N)).
+DDP's weak efficiency against the ceiling, Tc/TN, is what DDP's own all-reduce costs: the
+same gradient bytes every step, whatever the batch, against a computation that grows with
+it. One run writes the table and the plot. On a CPU every process gets one intra-op thread
+per core it stands for (OMP_NUM_THREADS).
 
 Run it (one process: it launches the others):
     python scripts/12_scaling_and_performance/scaling_study.py --plot scaling.png
-    python scripts/12_scaling_and_performance/scaling_study.py --ranks 1 2 4 8 --batch-size 128 \\
-        --steps-per-epoch 30 --plot scaling.png                       # on a node with 8 GPUs
+    python scripts/12_scaling_and_performance/scaling_study.py --ranks 8 --batch-size 32 64 128 256 \\
+        --plot scaling.png                                               # on a node with 8 GPUs
 """
 
 import os
@@ -27,41 +28,96 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 
 import torch
 
-from utils.cli import make_parser
+from utils.cli import existing_file, make_parser, non_negative_int, output_file, positive_int, usage_error
+from utils.comm import gradient_bytes
 from utils.plots import saved_figure
+from utils.timing import train_step_seconds
+from utils.vision import resnet18_cifar
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve()
+TARGET = 0.90  # the share of the ceiling this chapter asks DDP to reach
 
 
 def parse_args():
     parser = make_parser(__doc__)
-    devices = torch.cuda.device_count() or len(os.sched_getaffinity(0))
-    parser.add_argument("--ranks", type=int, nargs="+", default=list(range(1, devices + 1)),
-                        help="world sizes to run (default: 1 to %(default)s's last, the devices here)")
-    parser.add_argument("--batch-size", type=int, default=8,
-                        help="batch per rank of the weak-scaling runs; the effective batch of the "
-                             "strong-scaling runs (default: %(default)s)")
-    parser.add_argument("--steps-per-epoch", type=int, default=8, help="steps per run (default: %(default)s)")
-    parser.add_argument("--warm-up", type=int, default=2, help="steps left out (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None,
+    gpus = torch.cuda.device_count()
+    devices = gpus or len(os.sched_getaffinity(0))
+    parser.add_argument("--ranks", type=positive_int, nargs="+", default=[max(2, devices)],
+                        help="DDP world sizes to compare with one process (1 is left out: it is the "
+                             "baseline; default: the devices here, %(default)s)")
+    parser.add_argument("--batch-size", type=positive_int, nargs="+",
+                        default=[32, 64, 128, 256] if gpus else [4, 8, 16, 32],
+                        help="per-rank batches of the sweep; each splits evenly over every N of --ranks "
+                             "(default: %(default)s)")
+    parser.add_argument("--steps", "--steps-per-epoch", dest="steps", type=positive_int, default=3,
+                        help="timed steps per batch and run (default: %(default)s)")
+    parser.add_argument("--warm-up", type=non_negative_int, default=1,
+                        help="steps before those, left out (default: %(default)s)")
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="intra-op threads per process on a CPU (default: the cores over the largest N)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PNG", help="write the plots here")
+    parser.add_argument("--plot", type=output_file, default=None, metavar="PNG", help="write the plots here")
+    parser.add_argument("--replot", type=existing_file, default=None, metavar="OUTPUT",
+                        help="no runs: draw --plot from the table a study printed (saved to OUTPUT), so "
+                             "that a plot and its table come from one run")
+    parser.add_argument("--measure", choices=["alone", "ddp"], default=None,
+                        help="(what the study launches) time the steps of one process or of a DDP rank")
     args = parser.parse_args()
-    if args.ranks[0] != 1 or sorted(set(args.ranks)) != args.ranks:
-        parser.error("--ranks must start at 1 and increase (T1 is the baseline)")
-    if args.steps_per_epoch <= args.warm_up:
-        parser.error("--steps-per-epoch must be more than --warm-up")
-    if any(args.batch_size % n for n in args.ranks):
-        parser.error(f"--batch-size {args.batch_size} must split evenly over --ranks {args.ranks}")
+    args.ranks = sorted({n for n in args.ranks if n > 1})
+    args.batch_size = sorted(set(args.batch_size))
+    if args.replot and not args.plot:
+        usage_error("--replot needs --plot: where to draw it", parser)
+    if args.measure is None:
+        if not args.ranks:
+            usage_error("--ranks needs a world size of 2 or more: 1 is the baseline", parser)
+        if bad := [(b, n) for b in args.batch_size for n in args.ranks if b % n]:
+            usage_error(f"every --batch-size must split evenly over every --ranks: {bad[0][0]} over "
+                        f"{bad[0][1]} does not", parser)
     args.devices = devices
     return args
 
 
-def common(args, batch: int) -> list[str]:
-    fake = args.batch_size * args.ranks[-1] * args.steps_per_epoch
-    return ["--epochs", "1", "--batch-size", str(batch), "--steps-per-epoch", str(args.steps_per_epoch),
-            "--warm-up", str(args.warm_up), "--fake-size", str(fake), "--seed", str(args.seed),
-            "--backend", args.backend, "--timeout", str(args.timeout)]
+# --8<-- [start:measure]
+def measure(args) -> None:
+    """A launched process: time the training steps of every batch of the sweep, on images
+    already on the device. Alone: one process. Under DDP, per batch, in turns so that both
+    see the same load: every rank trains its own plain copy at the same time, with no
+    communication (the ceiling: N copies side by side), then the DDP model; the faster of
+    two turns each, the mean over the ranks."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from utils.distributed import cleanup_distributed, setup_distributed
+
+    ctx = setup_distributed(args.backend, args.timeout) if args.measure == "ddp" else None
+    alone = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # gpu-checked: its one GPU
+    device = ctx.device if ctx else alone
+    torch.manual_seed(args.seed)
+    model = resnet18_cifar().to(device)
+    runs = {"step": (model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))}
+    if ctx:
+        plain = copy.deepcopy(model)
+        runs = {"ceiling": (plain, torch.optim.SGD(plain.parameters(), lr=0.01, momentum=0.9)),
+                "step": (DDP(model, device_ids=[device.index] if device.type == "cuda" else None),
+                         runs["step"][1])}
+    for batch in args.batch_size:
+        images = torch.randn(batch, 3, 32, 32, device=device)
+        labels = torch.randint(0, 10, (batch,), device=device)
+        best = dict.fromkeys(runs, float("inf"))
+        for _ in range(2 if ctx else 1):
+            for name, (net, optimizer) in runs.items():
+                seconds = train_step_seconds(net, optimizer, images, labels, args.steps, args.warm_up)
+                if ctx:
+                    seconds_t = torch.tensor([seconds], dtype=torch.float64, device=device)
+                    torch.distributed.all_reduce(seconds_t)
+                    seconds = seconds_t.item() / ctx.world_size
+                best[name] = min(best[name], seconds)
+        if not ctx or ctx.rank == 0:
+            print(f"batch {batch}: " + " ".join(f"{name} {t:.6f} s" for name, t in best.items()), flush=True)
+    if ctx:
+        del runs
+        cleanup_distributed()
+# --8<-- [end:measure]
 
 
 def environment(threads: int, gpu: int | None = None) -> dict[str, str]:
@@ -76,92 +132,152 @@ def environment(threads: int, gpu: int | None = None) -> dict[str, str]:
     return env
 
 
-def summary(output: str, command: str) -> dict[str, float]:
-    """Step time and throughput from a run's summary line; a failed run stops the study."""
-    line = next((ln for ln in output.splitlines() if ln.startswith("summary:")), None)
-    if line is None:
-        raise SystemExit(f"scaling_study: `{command}` printed no summary:\n{output}")
-    fields = dict(re.findall(r"(\w+)=([\d.]+)", line))
-    return {"step": float(fields["data_wait"]) + float(fields["compute"]),
-            "throughput": float(fields["throughput"])}
+def step_times(output: str, command: list[str], returncode: int, key: str = "step") -> dict[int, float]:
+    """{batch: seconds per step} from a launch's lines; a failed launch stops the study."""
+    lines = re.findall(rf"^batch (\d+): .*\b{key} ([\d.]+) s", output, flags=re.M)
+    found = {int(b): float(s) for b, s in lines}
+    if returncode or not found:
+        raise SystemExit(f"scaling_study: `{' '.join(command)}` failed (exit {returncode}):\n{output}")
+    return found
 
 
 # --8<-- [start:launches]
-def ddp_run(args, n: int, batch: int, threads: int) -> dict[str, float]:
-    """torchrun with n ranks, `batch` images per rank."""
+def worker(args, role: str, batches: list[int]) -> list[str]:
+    return [str(HERE), "--measure", role, "--batch-size", *map(str, batches), "--steps", str(args.steps),
+            "--warm-up", str(args.warm_up), "--seed", str(args.seed), "--backend", args.backend,
+            "--timeout", str(args.timeout)]
+
+
+def ddp_run(args, n: int, batches: list[int], threads: int) -> tuple[dict[int, float], dict[int, float]]:
+    """torchrun with n ranks, every batch of `batches` per rank in turn: (DDP's step, the
+    ceiling's: n plain copies at once)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-           str(HERE / "train_ddp.py"), *common(args, batch)]
+           *worker(args, "ddp", batches)]
     done = subprocess.run(cmd, env=environment(threads), capture_output=True, text=True,
-                          timeout=args.timeout + 600)
-    return summary(done.stdout + done.stderr, " ".join(cmd[2:]))
+                          timeout=args.timeout + 1800)
+    output = done.stdout + done.stderr
+    return (step_times(output, cmd, done.returncode), step_times(output, cmd, done.returncode, "ceiling"))
 
 
-def side_by_side(args, n: int, threads: int) -> list[dict[str, float]]:
-    """n copies of the one-process script at once, each on its own GPU (or cores), no DDP."""
-    cmd = [sys.executable, str(HERE / "train_single.py"), *common(args, args.batch_size)]
-    gpus = args.devices if torch.cuda.is_available() else 0
-    copies = [subprocess.Popen(cmd, env=environment(threads, i % gpus if gpus else None),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for i in range(n)]
-    return [summary(copy.communicate(timeout=args.timeout + 600)[0], "train_single.py") for copy in copies]
+def one_process(args, threads: int) -> dict[int, float]:
+    """The baseline: the one process alone, on the first GPU (or its cores), no DDP."""
+    cmd = [sys.executable, *worker(args, "alone", args.batch_size)]
+    done = subprocess.run(cmd, env=environment(threads, 0 if torch.cuda.is_available() else None),
+                          capture_output=True, text=True, timeout=args.timeout + 1800)
+    return step_times(done.stdout + done.stderr, cmd, done.returncode)
 # --8<-- [end:launches]
 
 
-def plot(path: Path, ranks: list[int], rows: dict, title: str) -> None:
+def plot(path: Path, args, results: dict, title: str) -> None:
     with saved_figure(path, ncols=2, figsize=(10, 4)) as (figure, (left, right)):
-        base = rows["weak"][0]["throughput"]
-        left.plot(ranks, [base * n for n in ranks], ":", color="gray", label="linear (N x one rank)")
-        for key, label, style in (("ceiling", "side-by-side copies (ceiling)", "k--"),
-                                  ("weak", "DDP, same batch per rank (weak)", "o-"),
-                                  ("strong", "DDP, same effective batch (strong)", "s-")):
-            left.plot(ranks, [r["throughput"] for r in rows[key]], style, label=label)
-            right.plot(ranks, rows[f"{key}_eff"], style, label=label)
-        right.axhline(1.0, color="gray", linestyle=":")
-        left.set_ylabel("images per second (all ranks)")
-        right.set_ylabel("scaling efficiency")
-        right.set_ylim(0, 1.2)
+        batches = args.batch_size
+        for n in args.ranks:
+            r = results[n]
+            left.plot(batches, r["ceiling_eff"], "k--", label=f"{n} copies side by side (ceiling)")
+            left.plot(batches, r["weak_eff"], "o-", label=f"DDP {n} ranks, weak")
+            left.plot([b // n for b in batches], r["strong_eff"], "s-", label=f"DDP {n} ranks, strong")
+            left.plot(batches, r["vs_ceiling"], "^-", label=f"DDP {n} ranks, weak / ceiling")
+            right.plot(batches, [r["ceiling"][b] for b in batches], "k--", label=f"compute ({n} copies)")
+            right.plot(batches, [r["ddp"][b] - r["ceiling"][b] for b in batches], "o-",
+                       label=f"DDP's extra time ({n} ranks)")
+        left.axhline(TARGET, color="gray", linestyle=":", label=f"{TARGET:.2f}")
+        left.set_ylabel("scaling efficiency")
+        shown = [v for r in results.values() for k in ("ceiling_eff", "weak_eff", "strong_eff", "vs_ceiling")
+                 for v in r[k]]
+        left.set_ylim(0, max(1.2, max(shown) + 0.1))
+        right.set_ylabel("seconds per step")
         for axes in (left, right):
-            axes.set_xlabel("ranks (N)")
-            axes.set_xticks(ranks)
-            axes.legend(fontsize=8)
+            axes.set_xscale("log", base=2)
+            axes.set_xticks(batches, [str(b) for b in batches])
+            axes.set_xlabel("batch per rank")
+            axes.legend(fontsize=7)
         figure.suptitle(title, fontsize=10)
+
+
+def title(megabytes: float, where: str) -> str:
+    return f"ResNet-18, {megabytes:.1f} MB of gradients per step, {where}"
+
+
+def replot(args) -> None:
+    """The plot of a study's printed table (its step times), drawn again without running."""
+    text = args.replot.read_text()
+    results, alone = {}, {}
+    for block in re.split(r"(?m)^(?=batch/rank)", text)[1:]:
+        n = int(re.search(r"DDP, (\d+) ranks", block).group(1))
+        rows = re.findall(r"(?m)^\s+(\d+)((?:\s+-?[\d.]+ s){5})$", block)
+        table = {int(b): [float(t) for t in re.findall(r"-?[\d.]+", times)] for b, times in rows}
+        alone.update({b: times[0] for b, times in table.items()})
+        results[n] = {key: {b: times[i] for b, times in table.items()}
+                      for i, key in ((1, "ceiling"), (2, "ddp"), (4, "split"))}
+    args.batch_size, args.ranks = sorted(alone), sorted(results)
+    for n, r in results.items():
+        efficiencies(args, n, r, alone)
+    megabytes = float(re.search(r"\(([\d.]+) MB\)", text).group(1))
+    threads = re.search(r"(\d+) thread", text).group(1)
+    where = "GPUs" if "on GPUs" in text else f"CPU, {threads} thread(s) per process"
+    plot(args.plot, args, results, title(megabytes, where))
+    print(f"plot: {args.plot} (from {args.replot})")
+
+
+def efficiencies(args, n: int, r: dict, alone: dict) -> None:
+    """weak T1/TN; strong T1(B)/(N*TN(B/N)); ceiling T1/Tc; DDP against the ceiling Tc/TN."""
+    batches = args.batch_size
+    r["weak_eff"] = [alone[b] / r["ddp"][b] for b in batches]
+    r["strong_eff"] = [alone[b] / (n * r["split"][b]) for b in batches]
+    r["ceiling_eff"] = [alone[b] / r["ceiling"][b] for b in batches]
+    r["vs_ceiling"] = [r["ceiling"][b] / r["ddp"][b] for b in batches]
 
 
 def main() -> None:
     args = parse_args()
+    if args.measure:
+        measure(args)
+        return
+    if args.replot:
+        replot(args)
+        return
     on_gpu = torch.cuda.is_available()
-    threads = 1 if on_gpu else args.threads or max(1, len(os.sched_getaffinity(0)) // args.ranks[-1])
-    print(f"scaling study: ranks {args.ranks}, batch {args.batch_size}, {args.steps_per_epoch} steps "
-          f"({args.warm_up} warm-up) per run, on {'GPUs' if on_gpu else 'CPU cores'}, "
-          f"{threads} thread(s) per process", flush=True)
-    # 1. The runs: weak, strong, and the side-by-side copies, for every N.
-    rows: dict[str, list] = {"weak": [], "strong": [], "ceiling": []}
-    print(f"{'ranks':>5}  {'run':<14}{'batch/rank':>10}  {'step':>9}  throughput", flush=True)
+    most = args.ranks[-1]
+    threads = 1 if on_gpu else args.threads or max(1, len(os.sched_getaffinity(0)) // most)
+    grads = gradient_bytes(resnet18_cifar())
+    print(f"scaling study: DDP on {','.join(map(str, args.ranks))} ranks against one process and copies "
+          f"side by side; per-rank batches {','.join(map(str, args.batch_size))}; {args.steps} timed "
+          f"steps after {args.warm_up} warm-up; on {'GPUs' if on_gpu else 'CPU cores'}, {threads} "
+          f"thread(s) per process; the target: DDP at {TARGET:.2f} of the ceiling", flush=True)
+    print(f"ResNet-18: {grads // 4} parameters, {grads} bytes ({grads / 1e6:.1f} MB) of fp32 gradients "
+          "all-reduced every step, whatever the batch", flush=True)
+    # 1. The launches: one process alone; per N one DDP job that times, per batch, its ranks'
+    #    plain copies side by side (the ceiling) and DDP in turns (weak; B/N per rank: strong).
+    alone = one_process(args, threads)
+    results = {}
     for n in args.ranks:
-        weak = ddp_run(args, n, args.batch_size, threads)
-        strong = weak if n == 1 else ddp_run(args, n, args.batch_size // n, threads)
-        copies = [weak] if n == 1 else side_by_side(args, n, threads)
-        ceiling = {"step": sum(c["step"] for c in copies) / n,
-                   "throughput": sum(c["throughput"] for c in copies)}
-        for key, row, batch in (("weak", weak, args.batch_size), ("strong", strong, args.batch_size // n),
-                                ("ceiling", ceiling, args.batch_size)):
-            rows[key].append(row)
-            print(f"{n:>5}  {key:<14}{batch:>10}  {row['step']:.4f} s  {row['throughput']:.0f} samples/s",
-                  flush=True)
-    # 2. Efficiencies: weak T1/TN, strong T1/(N*TN), and DDP's weak against the ceiling's.
-    t1 = rows["weak"][0]["step"]
-    rows["weak_eff"] = [t1 / r["step"] for r in rows["weak"]]
-    rows["strong_eff"] = [t1 / (n * r["step"]) for n, r in zip(args.ranks, rows["strong"], strict=True)]
-    rows["ceiling_eff"] = [t1 / r["step"] for r in rows["ceiling"]]
-    vs_ceiling = [w / c for w, c in zip(rows["weak_eff"], rows["ceiling_eff"], strict=True)]
+        batches = sorted(set(args.batch_size) | {b // n for b in args.batch_size})
+        ddp, ceiling = ddp_run(args, n, batches, threads)
+        results[n] = {"ceiling": ceiling, "ddp": ddp, "split": {b: ddp[b // n] for b in args.batch_size}}
+    # 2. The table: seconds per step; then the efficiencies, per batch.
+    for n in args.ranks:
+        r = results[n]
+        print(f"{'batch/rank':>10}  {'one process':>12}  {f'{n} copies':>12}  {f'DDP, {n} ranks':>14}  "
+              f"{'DDP extra':>10}  {'DDP, batch split':>16}", flush=True)
+        for b in args.batch_size:
+            print(f"{b:>10}  {alone[b]:>10.4f} s  {r['ceiling'][b]:>10.4f} s  {r['ddp'][b]:>12.4f} s  "
+                  f"{r['ddp'][b] - r['ceiling'][b]:>8.4f} s  {r['split'][b]:>14.4f} s", flush=True)
+        efficiencies(args, n, r, alone)
+        for i, b in enumerate(args.batch_size):
+            print(f"batch {b}, {n} ranks: weak_efficiency={r['weak_eff'][i]:.2f} "
+                  f"strong_efficiency={r['strong_eff'][i]:.2f} (batch {b} split) "
+                  f"ceiling_efficiency={r['ceiling_eff'][i]:.2f} "
+                  f"weak_vs_ceiling_efficiency={r['vs_ceiling'][i]:.2f}", flush=True)
     if args.plot is not None:
-        plot(args.plot, args.ranks, rows, f"ResNet-18, batch {args.batch_size} per rank, "
-             f"{'GPUs' if on_gpu else f'CPU, {threads} thread(s) per rank'}")
+        plot(args.plot, args, results, title(grads / 1e6, "GPUs" if on_gpu else
+                                             f"CPU, {threads} thread(s) per process"))
         print(f"plot: {args.plot}", flush=True)
+    r = results[most]
     fmt = lambda values: ",".join(f"{v:.2f}" for v in values)  # noqa: E731
-    print(f"summary: ranks={','.join(map(str, args.ranks))} weak_efficiency={fmt(rows['weak_eff'])} "
-          f"strong_efficiency={fmt(rows['strong_eff'])} ceiling_efficiency={fmt(rows['ceiling_eff'])} "
-          f"weak_vs_ceiling_efficiency={fmt(vs_ceiling)}", flush=True)
+    print(f"summary: ranks={most} batches={','.join(map(str, args.batch_size))} grad_bytes={grads} "
+          f"weak_efficiency={fmt(r['weak_eff'])} strong_efficiency={fmt(r['strong_eff'])} "
+          f"ceiling_efficiency={fmt(r['ceiling_eff'])} weak_vs_ceiling_efficiency={fmt(r['vs_ceiling'])}",
+          flush=True)
 
 
 if __name__ == "__main__":
