@@ -58,8 +58,10 @@ def parse_args():
     parser.add_argument("--gpu-step", type=positive_float, default=0.097,
                         help="seconds per step on one GPU without DDP (default: %(default)s, ResNet-50, "
                              "batch 32, V100: 329 images/s)")
-    parser.add_argument("--gpu-model", default="resnet50", help="torchvision model whose gradients "
-                        "are counted (default: %(default)s)")
+    parser.add_argument("--gpu-model", default="resnet50", metavar="NAME",
+                        choices=sorted(torchvision.models.list_models(module=torchvision.models)),
+                        help="torchvision classification model whose gradients are counted "
+                             "(default: %(default)s)")
     parser.add_argument("--gpu-busbw", type=positive_float, default=50.0,
                         help="GB/s of busbw between GPUs (default: %(default)s, 4 x 100 Gb/s per machine; "
                              "assumed, not measured)")
