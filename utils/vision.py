@@ -88,6 +88,18 @@ class SlowReads(Dataset):
         return self.dataset[index]
 
 
+def cifar10(data_dir: str | Path, train: bool, download: bool, transform=None) -> Dataset:
+    """torchvision's CIFAR-10 from `data_dir`, or a usage error that says what to do."""
+    from torchvision import datasets
+
+    try:
+        return datasets.CIFAR10(str(data_dir), train=train, download=download, transform=transform)
+    except RuntimeError as error:  # torchvision: "Dataset not found or corrupted"
+        usage_error(f"--data-dir {data_dir}: no CIFAR-10 copy there ({error}); pass --download to "
+                    "fetch one (on a machine with a network), or point at the folder that holds "
+                    "cifar-10-batches-py")
+
+
 def cifar10_or_fake(data_dir: str | Path | None, *, train: bool = True, download: bool = False,
                     fake_size: int = CIFAR10_TRAIN_SIZE, seed: int = 0,
                     read_latency_ms: float = 0) -> tuple[Dataset, str]:
@@ -101,7 +113,7 @@ def cifar10_or_fake(data_dir: str | Path | None, *, train: bool = True, download
 
     transform = cifar10_transforms(train)
     if data_dir is not None:
-        dataset = datasets.CIFAR10(str(data_dir), train=train, download=download, transform=transform)
+        dataset = cifar10(data_dir, train, download, transform)
         about = f"data=CIFAR-10 ({len(dataset)} images from {data_dir})"
     else:
         dataset = datasets.FakeData(size=fake_size, image_size=(3, 32, 32), num_classes=10,
@@ -156,7 +168,7 @@ def load_images(data: str, data_dir: str | Path | None = None, *, download: bool
     if data == "cifar10":
         if data_dir is None:
             usage_error("--data cifar10 needs --data-dir DIR (a CIFAR-10 copy; --download fetches one)")
-        splits = [datasets.CIFAR10(str(data_dir), train=train, download=download) for train in (True, False)]
+        splits = [cifar10(data_dir, train, download) for train in (True, False)]
         tensors = [(torch.from_numpy(s.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(s.targets))
                    for s in splits]
         about = (f"data=CIFAR-10 ({len(splits[0])} training + {len(splits[1])} held-out images "
@@ -308,14 +320,15 @@ def add_workload_args(parser):
     variant.choices = ["good", "bad", "device"]
     variant.help = variant.help.replace(" (default:", "; device: the data set on the device, "
                                         "augmented a batch at a time there (default:")
-    parser.add_argument("--data", choices=["digits", "fake", "cifar10"], default="digits",
+    parser.add_argument("--data", choices=["digits", "fake", "cifar10"], default=None,
                         help="digits: scikit-learn's handwritten digits, they learn; fake: FakeData's "
-                             "random images; cifar10: needs --data-dir (default: %(default)s)")
+                             "random images; cifar10: needs --data-dir (default: cifar10 with "
+                             "--data-dir, fake with --fake-size, else digits)")
     parser.add_argument("--data-dir", type=output_dir, default=None,
                         help="a CIFAR-10 copy (implies --data cifar10)")
     parser.add_argument("--download", action="store_true", help="fetch CIFAR-10 into --data-dir")
-    parser.add_argument("--fake-size", type=positive_int, default=512,
-                        help="FakeData images (default: %(default)s)")
+    parser.add_argument("--fake-size", type=positive_int, default=None,
+                        help="FakeData images (implies --data fake; default: 512)")
     parser.add_argument("--model", choices=sorted(MODELS), default="resnet18",
                         help="resnet18 (torchvision's, CIFAR stem) or small (three convolutions) "
                              "(default: %(default)s)")
@@ -337,6 +350,17 @@ def add_workload_args(parser):
     parser.add_argument("--monitor-dir", type=output_dir, default=None, metavar="DIR",
                         help="sample GPUs and host with nvitop into DIR/monitor_<host>.csv and .png")
     return parser
+
+
+def resolve_data(args) -> None:
+    """--data from the flags given: cifar10 with --data-dir, fake with --fake-size, else digits."""
+    implied = "cifar10" if args.data_dir else "fake" if args.fake_size else "digits"
+    args.data = args.data or implied
+    if args.fake_size and args.data != "fake":
+        usage_error(f"--fake-size sizes FakeData: it does not go with --data {args.data}")
+    if args.data_dir and args.data != "cifar10":
+        usage_error(f"--data-dir is for CIFAR-10: it does not go with --data {args.data}")
+    args.fake_size = args.fake_size or 512
 
 
 def check_steps(args, steps_per_epoch: int) -> int:

@@ -30,19 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 import torch
 from torch import nn
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, make_parser, positive_int
 from utils.distributed import detect_launcher
 from utils.vision import resnet18_cifar
 
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=128, lr=0.05)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps each way (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default: %(default)s)")
-    args = parser.parse_args()
-    if args.steps < 1 or args.warmup < 1:
-        parser.error("--steps and --warmup must be at least 1")
-    return args
+    parser.add_argument("--steps", type=positive_int, default=20,
+                        help="timed steps each way (default: %(default)s)")
+    parser.add_argument("--warmup", type=positive_int, default=5,
+                        help="untimed steps first, 1 or more (default: %(default)s)")
+    return parser.parse_args()
 
 
 def batch(size: int, device: torch.device, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

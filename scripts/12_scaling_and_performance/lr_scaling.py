@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, make_parser, non_negative_int, output_file, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.plots import saved_figure
@@ -46,18 +46,16 @@ HELD_OUT = 1024  # samples kept aside to measure the loss
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=2, batch_size=16, lr=0.02)
-    parser.add_argument("--num-samples", type=int, default=2048,
+    parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="training samples (default: %(default)s)")
-    parser.add_argument("--warmup-steps", type=int, default=8,
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=8,
                         help="steps over which the scaled run's lr rises to --lr x world size "
                         "(default: %(default)s)")
-    parser.add_argument("--points", type=int, default=8,
+    parser.add_argument("--points", type=positive_int, default=8,
                         help="loss measurements per run (default: %(default)s)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
+    parser.add_argument("--plot", type=output_file, default=None, metavar="PNG",
                         help="write the loss curves here (rank 0)")
     args = parser.parse_args()
-    if args.points < 1 or args.num_samples < 1 or args.warmup_steps < 0:
-        parser.error("--points and --num-samples must be at least 1, --warmup-steps at least 0")
     return args
 
 

@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.data import DataLoader, DistributedSampler
 
-from utils.cli import add_training_args, make_parser
+from utils.cli import add_training_args, existing_dir, make_parser, output_file, positive_int
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.vision import cifar10_or_fake, resnet18_cifar
 
@@ -50,17 +50,15 @@ PHASES = ("data", "forward", "backward", "optimizer", "synchronize")
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=None, batch_size=4, lr=0.05)
-    parser.add_argument("--steps", type=int, default=3, help="profiled steps (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=2,
-                        help="steps before profiling: DDP builds its real buckets after step 1 "
-                        "(default: %(default)s)")
-    parser.add_argument("--data-dir", default=None, help="a CIFAR-10 copy (default: FakeData)")
-    parser.add_argument("--trace", type=Path, default=Path("profile_trace.json"),
+    parser.add_argument("--steps", type=positive_int, default=3, help="profiled steps (default: %(default)s)")
+    parser.add_argument("--warmup", type=positive_int, default=2,
+                        help="steps before profiling, 1 or more: DDP builds its real buckets after "
+                        "step 1, so step 1 is not a typical step (default: %(default)s)")
+    parser.add_argument("--data-dir", type=existing_dir, default=None,
+                        help="a CIFAR-10 copy (default: FakeData)")
+    parser.add_argument("--trace", type=output_file, default=Path("profile_trace.json"),
                         help="where rank 0 writes the Chrome/Perfetto trace (default: %(default)s)")
-    args = parser.parse_args()
-    if args.steps < 1 or args.warmup < 1:
-        parser.error("--steps and --warmup must be at least 1 (step 1 of DDP is not a typical step)")
-    return args
+    return parser.parse_args()
 
 
 # --8<-- [start:intervals]

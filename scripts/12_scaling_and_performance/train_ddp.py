@@ -46,6 +46,7 @@ from utils.vision import (
     evaluate,
     linear_decay,
     load_images,
+    resolve_data,
     train_epoch,
 )
 
@@ -55,7 +56,7 @@ def parse_args():
     add_variant_arg(parser, bad="num_workers=0: each batch made between steps, blocking copies",
                     good="loader workers, pinned memory, persistent workers, non-blocking copies")
     args = add_workload_args(parser).parse_args()
-    args.data = "cifar10" if args.data_dir else args.data
+    resolve_data(args)  # --data from --data-dir or --fake-size when not given
     return args
 
 
