@@ -182,6 +182,31 @@ def test_bad_flags_exit_2_with_a_message(capsys, tmp_path):
         assert parse_args(["--epochs", "2", "--lr", "1e-3"]).lr == 0.001
 
 
+NO_TORCHRUN = "WORLD_SIZE > 1 without MASTER_ADDR and MASTER_PORT: launch with torchrun"
+COPIES = "2 processes started without torchrun would each train alone: start one torchrun per node"
+
+
+def test_a_launch_torchrun_did_not_set_up_exits_1_with_a_message(tmp_path):
+    """No hang and no silent copies: WORLD_SIZE without torchrun's address (it waited forever
+    before), and a launcher's size variable without WORLD_SIZE (mpiexec or srun starting the
+    script N times, each training alone): one line that says what to do, exit 1, no checkpoint."""
+    checkpoint = tmp_path / "model.pt"
+    cases = [({"WORLD_SIZE": "2"}, NO_TORCHRUN),
+             ({"WORLD_SIZE": "2", "MASTER_ADDR": "localhost"}, NO_TORCHRUN),
+             ({"PMI_SIZE": "2", "PMI_RANK": "1"}, COPIES),
+             ({"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_STEP_ID": "0"}, COPIES)]
+    for extra, message in cases:
+        result = run([sys.executable, REPO / TRAIN_DDP, "--checkpoint", checkpoint],
+                     env=clean_env(**extra), cwd=tmp_path, timeout=30)
+        assert result.returncode == 1 and message in result.output, (extra, result.output)
+        assert "Traceback" not in result.output and not checkpoint.exists(), (extra, result.output)
+    # The real thing: Open MPI's mpiexec -n 2, without torchrun.
+    result = run(["mpiexec", "-n", "2", sys.executable, REPO / TRAIN_DDP, "--checkpoint", checkpoint],
+                 env=mpi_env("openmpi"), cwd=tmp_path, timeout=60)
+    assert result.returncode != 0 and result.output.count(COPIES) == 2, result.output
+    assert "summary:" not in result.output and not checkpoint.exists(), result.output
+
+
 # --------------------------------------------------------------------------- the templates
 @pytest.fixture(scope="session")
 def slurm(request):

@@ -12,7 +12,9 @@ Run it (--batch-size is per process: 2 x 16 samples per step, as train_single.py
 """
 
 import argparse
+import datetime
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -73,9 +75,23 @@ def make_model():
     return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
 
 
+def check_launch():
+    """Exit 1 with a message for a launch that would hang, or train N copies each alone."""
+    if "WORLD_SIZE" not in os.environ:  # no torchrun: did mpiexec or srun start several copies?
+        size = os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or (
+            os.environ.get("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None)
+        if int(size or 1) > 1:
+            sys.exit(f"{size} processes started without torchrun would each train alone: start one "
+                     "torchrun per node (or see chapter 13 for mpiexec and srun alone)")
+    elif int(os.environ["WORLD_SIZE"]) > 1 and not {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys():
+        sys.exit("WORLD_SIZE > 1 without MASTER_ADDR and MASTER_PORT: launch with torchrun "
+                 "(torchrun --nproc_per_node=N train_ddp.py), which sets them")
+
+
 def main():
     args = parse_args()
     # 1. The device, and the process group of all the processes.
+    check_launch()  # no torchrun's variables where they are needed: a message, not a hang
     local_rank = int(os.environ.get("LOCAL_RANK", 0))  # torchrun sets these three;
     rank = int(os.environ.get("RANK", 0))  # without a launcher: rank 0 of 1
     world_size = int(os.environ.get("WORLD_SIZE", 1))
@@ -83,8 +99,9 @@ def main():
         torch.cuda.set_device(local_rank)  # this process's GPU, before init_process_group
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    store = None if "MASTER_ADDR" in os.environ else dist.HashStore()  # no launcher: a group of one
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    store = None if world_size > 1 else dist.HashStore()  # no launcher: a group of one, no address
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(minutes=5))  # a lost rank: an error, no hang
     # 2. The data: a loader that shuffles every epoch.
     torch.manual_seed(args.seed)
     dataset = make_dataset(args.seed)
