@@ -36,10 +36,9 @@ def test_pitfall_starved_loader_waits_for_data_and_workers_feed_it():
     assert share(bad) > 2 * share(good), (bad, good)
     for summary in (bad, good):  # the share printed is the one of the printed seconds
         assert percent(summary["data_wait_share"]) == pytest.approx(100 * share(summary), abs=0.1)
-    # Throughput, each against its own run's ceiling (steps on one batch already on the device,
-    # in the same launch): two launches' raw samples/s differ by more than the pitfall when
-    # other processes share the cores, their shares do not.
-    assert percent(bad["ceiling_share"]) < percent(good["ceiling_share"]), (bad, good)
+    # Not samples/s, nor the share of the ceiling: on two CPU cores a ResNet-18 step of half a
+    # second moves by tens of percent between launches and within one (shares of 76% to 123%
+    # seen on a quiet machine), more than the reads cost. The data-wait share is the run's own.
 
 
 @pytest.mark.timed
