@@ -16,7 +16,7 @@ set -euo pipefail
 # --8<-- [start:edit]
 # ---- EDIT these lines (each can also be set in the environment: qsub -v NAME=value) -------
 TRAIN_SCRIPT="${TRAIN_SCRIPT:-scripts/00_porting/train_ddp.py}"  # EDIT: your DDP script
-TRAIN_ARGS="${TRAIN_ARGS:-}"                                      # EDIT: its flags
+TRAIN_ARGS="${TRAIN_ARGS:-}"                                      # EDIT: its flags, split on spaces
 VENV="${VENV:-$HOME/venvs/ddp}"                                   # EDIT: your virtual environment
 GPUS_PER_NODE="${GPUS_PER_NODE:-4}"                               # EDIT: ngpus above
 CPU_PROCESSES_PER_NODE="${CPU_PROCESSES_PER_NODE:-2}"             # without GPUs (a CPU test)
