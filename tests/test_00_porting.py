@@ -9,6 +9,8 @@ none of them importing anything from this repository.
   `module.` prefix, that loads into the plain model; each rank draws its own half of the
   data, in a new order every epoch.
 - Bad flags: exit 2 with a message, no traceback.
+- A launch torchrun did not set up: WORLD_SIZE without MASTER_ADDR/MASTER_PORT, and mpiexec
+  -n 2 or srun -n 2 starting the script itself: one message each, exit 1, no checkpoint.
 - slurm_job.sh under the test cluster's sbatch; pbs_job.sh through Slurm's qsub, and on two
   simulated nodes (network namespaces, each with its own host name; the node file lists
   other names of the nodes than `hostname` says, as on HPE/Cray), mpiexec starting one
@@ -251,6 +253,17 @@ def test_slurm_template_under_sbatch(slurm, tmp_path):
     job_id = result.output.split()[0].split(";")[0]
     assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=2)
     assert f"--rdzv-endpoint=localhost:{15000 + int(job_id) % 17000} --rdzv-id={job_id} " in result.output
+
+
+def test_srun_without_torchrun_stops_each_copy(slurm, tmp_path):
+    """srun -n 2 starting the script itself (no torchrun): each task says so and exits 1. The
+    batch script alone (no job step, SLURM_STEP_ID unset) is not taken for a second copy."""
+    output, checkpoint = tmp_path / "job.out", tmp_path / "model.pt"
+    command = f"srun -n 2 {sys.executable} {REPO / TRAIN_DDP} --checkpoint {checkpoint}"
+    result = slurm.submit(["sbatch", "--parsable", "--nodes=1", "--ntasks=2", f"--output={output}",
+                           f"--wrap={command}"], output=output, env=slurm.env())
+    assert result.returncode == 1 and result.output.count(COPIES) == 2, result.output
+    assert "summary:" not in result.output and not checkpoint.exists(), result.output
 
 
 def test_pbs_template_through_slurms_qsub(slurm, tmp_path):
