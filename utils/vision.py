@@ -389,7 +389,10 @@ def build_pipeline(args, train: Images, device: torch.device, sampler, seed: int
         dataset = SlowReads(dataset, latency_s)
     loader = image_loader(dataset, args.batch_size, device, args.variant, sampler, args.workers,
                           local_world_size)
-    return loader, "every image read and augmented per step by the loader"
+    if args.variant == "bad":
+        return loader, "every image read and augmented in the training process, inside the step"
+    return loader, (f"every image read and augmented by {loader.num_workers} worker process(es) per rank, "
+                    "ahead of the step")
 
 
 def batch_race(split: Images, batches: DeviceBatches, batch_size: int, device: torch.device,

@@ -42,7 +42,7 @@ MIB = 1024 * 1024
 SIZES = [2, 8, 16, 64, 256, 1024]
 TARGET = 0.90
 # PyTorch's DDP benchmark (benchmarks/distributed/ddp/README.md in the pytorch repository):
-# ResNet-50, batch 32 per V100, 8 DGX machines with 4 x 100 Gb/s InfiniBand each.
+# its example output: ResNet-50, batch 32 per V100, PyTorch 1.4, 8 GPUs on one machine, 16 on two.
 PUBLISHED = {"one GPU, no DDP": (1, 329), "one GPU, DDP": (1, 319), "8 GPUs": (8, 307), "16 GPUs": (16, 306)}
 
 
@@ -63,7 +63,7 @@ def parse_args():
                         help="torchvision classification model whose gradients are counted "
                              "(default: %(default)s)")
     parser.add_argument("--gpu-busbw", type=positive_float, default=50.0,
-                        help="GB/s of busbw between GPUs (default: %(default)s, 4 x 100 Gb/s per machine; "
+                        help="GB/s of busbw between GPUs (default: %(default)s, an InfiniBand-class network; "
                              "assumed, not measured)")
     parser.add_argument("--gpu-latency-us", type=positive_float, default=10.0,
                         help="microseconds per ring step (default: %(default)s; assumed)")
@@ -222,8 +222,8 @@ def main() -> None:
     grads = gradient_bytes(getattr(torchvision.models, args.gpu_model)())
     gpu = table(f"{args.gpu_model} on GPUs, on paper", args.gpu_step, grads, args.gpu_latency_us * 1e-6,
                 args.gpu_busbw * 1e9, args.gpu_overlap, needs=True)
-    print0("published, PyTorch's DDP benchmark (ResNet-50, batch 32, V100, NCCL, 8 machines with "
-           "4 x 100 Gb/s InfiniBand each): "
+    print0("published, PyTorch's DDP benchmark (ResNet-50, batch 32, V100, NCCL, PyTorch 1.4; 8 GPUs on "
+           "one machine, 16 on two): "
            + ", ".join(f"{what} {rate} images/s per GPU" for what, (_, rate) in PUBLISHED.items())
            + f": published_efficiency={PUBLISHED['8 GPUs'][1] / 329:.2f},{PUBLISHED['16 GPUs'][1] / 329:.2f}"
            " at 8,16 GPUs")
