@@ -87,7 +87,6 @@ COMBINATIONS = [
       ("distributed_dataloader.py", "distributed_eval.py", "set_epoch_shuffling.py")}),
     ("*", ["--num-samples", "8", "--global-batch-size", "16"], "--num-samples"),
     ("*/train_single.py", ["--fake-size", "3", "--batch-size", "4"], "--fake-size"),
-    ("*/train_single.py", ["--batch-size", "256", "--epochs", "1", "--steps-per-epoch", "60"], "--warm-up"),
     ("*/train_with_checkpoints.py", ["--epochs", "2", "--stop-after-epoch", "3"], "--stop-after-epoch"),
     ("*/grad_accumulation.py", ["--num-samples", "32", "--batch-size", "16", "--accumulation-steps", "4"],
      "--accumulation-steps"),
@@ -328,10 +327,7 @@ def walked() -> dict[str, list[dict]]:
 
 # Scripts whose authors are giving their flags limits right now: a failure there is expected
 # for the moment, and a pass is welcome (not strict). {script: reason}
-IN_PROGRESS = {
-    f"scripts/12_scaling_and_performance/{name}.py": "chapter 12's scripts are being rewritten"
-    for name in ("lr_scaling", "profile_step", "scale_model", "train_ddp", "train_single")
-}
+IN_PROGRESS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [
