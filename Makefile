@@ -2,8 +2,9 @@
 #   make quickstart   set up .venv from requirements.txt, run chapter 01's pitfall and its fix
 #                     on 2 CPU processes (make quickstart CPU=1: CPU-only torch, about 200 MB)
 #   make test         set up everything the tests need, then run the whole suite
-# make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl on all visible
-#                   GPUs; skipped, with the reason, without CUDA and 2 GPUs
+# make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl as one rank, the
+#                   multi-rank pitfalls as 2 ranks sharing the GPUs (--backend gloo-cuda), and
+#                   nccl on all GPUs where there are 2+; skipped, with the reason, without CUDA
 # make mpi: an MPI from PyPI in .venv (MPICH: its libmpi and mpiexec) for .venv's mpi4py, so that
 # the README's `mpiexec -n 4 python ...` runs after `source .venv/bin/activate`. On a cluster
 # use the site's MPI instead (docs/launchers.md).
@@ -46,7 +47,7 @@ test-quick: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 	$(BIN)/python -m pytest -m quick
 
 test-gpu: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -m gpu
+	$(BIN)/python -m pytest -m gpu -rs
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
