@@ -104,7 +104,8 @@ def test_diff_holds_every_change_the_page_walks_through():
     for change in ("torch.cuda.set_device(local_rank)", "dist.init_process_group(",
                    "DistributedSampler(dataset", "sampler.set_epoch(epoch)", "model = DDP(model",
                    "dist.all_reduce(totals)", "if rank == 0:", "model.module.state_dict()",
-                   "dist.destroy_process_group()", "check_launch()", "timeout=datetime.timedelta(minutes=5)"):
+                   "del model", "dist.barrier()", "dist.destroy_process_group()", "check_launch()",
+                   "timeout=datetime.timedelta(minutes=5)"):
         assert any(change in line for line in code), change
     for path in (FOLDER / "train_single.py", FOLDER / "train_ddp.py"):
         assert not re.search(r"^\s*(from|import) utils\b|sys\.path", path.read_text(), flags=re.M), path

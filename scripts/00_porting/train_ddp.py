@@ -133,6 +133,10 @@ def main():
         torch.save(model.module.state_dict(), args.checkpoint)
         print(f"summary: world_size={world_size} device={device.type} epochs={args.epochs} "
               f"final_loss={epoch_loss:.4f} checkpoint={args.checkpoint} backend={backend}", flush=True)
+    # 6. Leave the group together. DDP holds the group: release it first, or gloo tears it
+    # down at exit, after another rank has gone, and the process can abort.
+    del model
+    dist.barrier()  # every rank waits for rank 0's save
     dist.destroy_process_group()
 
 
