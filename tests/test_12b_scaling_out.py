@@ -120,8 +120,9 @@ def test_comm_bench_prints_busbw_that_flattens_below_the_memory_copy():
     for size, t, alg, bus in zip(sizes, seconds, algbw, busbw, strict=True):
         assert alg == pytest.approx(size / t / 1e9, rel=0.01, abs=2e-4)  # S / t, as printed
         assert bus == alg  # all_reduce on 2 ranks: 2(n-1)/n = 1
-    # Latency-bound at small sizes: 4x the bytes, nearly 4x the busbw ...
-    assert busbw[4] / busbw[3] > 3, busbw
+    # Latency-bound at small sizes: 8 bytes to 8 KiB (1024x the bytes) take about the same time
+    # per call (a fixed cost, noisy from call to call: within 10x, never near 1024x) ...
+    assert max(seconds[:6]) < 10 * min(seconds[:6]), seconds
     # ... flat at the largest: the last two sizes within 2x of each other, far above the start.
     assert 0.5 < busbw[-1] / busbw[-2] < 2, busbw
     assert busbw[-1] > 1000 * busbw[1], busbw
