@@ -10,7 +10,8 @@
 # use the site's MPI instead (docs/launchers.md).
 # Other targets: make docs (build the site into site/), make serve (both install only
 # requirements-docs.txt), make lint,
-# make outputs (re-capture docs/outputs/*.txt and docs/images/, the runs the chapters show), make clean.
+# make outputs (re-capture docs/outputs/*.txt and docs/images/, the runs the chapters show),
+# make outputs-gpu (on NVIDIA GPUs: record docs/outputs/gpu/*.txt again, the GPU tabs), make clean.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,7 +20,7 @@ BIN    := $(VENV)/bin
 # that launches it. They see the main venv's packages (torch, ...) through a .pth file.
 MPIS   := openmpi mpich
 
-.PHONY: quickstart mpi test test-quick test-gpu lint docs serve outputs clean
+.PHONY: quickstart mpi test test-quick test-gpu lint docs serve outputs outputs-gpu clean
 
 # Chapter 01's pitfall, then its fix, on 2 CPU processes; then what to read next.
 QUICKSTART := OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py
@@ -70,6 +71,12 @@ outputs: $(VENV)/.dev-installed
 		--plot docs/images/12b_scaling.png
 	# chapter 14's elastic run on two simulated nodes (needs root: network namespaces)
 	RECORD_OUTPUTS=1 $(BIN)/python -m pytest tests/test_14_fault_tolerance.py -k elastic_a_node_leaves
+
+# The GPU tabs of the chapters: every docs/outputs/gpu/ file's command again on this machine's
+# GPUs (nccl with a GPU per rank, else DDP_BACKEND=gloo-cuda), each with its header (card,
+# driver, torch, CUDA, NCCL, date, commit); stops with a message without CUDA.
+outputs-gpu: $(VENV)/.dev-installed
+	$(BIN)/python tests/captured_outputs.py --gpu
 
 # CPU=1: torch and torchvision from PyTorch's CPU-only index first (about 200 MB, not 3 GB).
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu

@@ -7,6 +7,7 @@ same and the output still matches under the rules below.
 
 Regenerate them after changing a script:  make outputs  (python tests/captured_outputs.py),
 or only some:  python tests/captured_outputs.py 02_   (files whose name starts with 02_).
+On NVIDIA GPUs, `make outputs-gpu` (--gpu) records docs/outputs/gpu/ (tests/gpu_outputs.py).
 A file whose fresh output matches it under the rules below keeps its text (so the timings a
 page quotes stay those of the page); --rewrite writes every file anew.
 
@@ -217,7 +218,12 @@ def main() -> None:
     """Re-run the captured commands (all, or those whose file names start with the given
     prefixes). A file whose fresh output differs from it only where the rules above allow
     (wall clock, drift) keeps its text, so the numbers a page quotes from it stay put;
-    --rewrite writes every fresh output."""
+    --rewrite writes every fresh output. --gpu records docs/outputs/gpu/ on NVIDIA GPUs
+    instead (make outputs-gpu; tests/gpu_outputs.py)."""
+    if "--gpu" in sys.argv[1:]:
+        from gpu_outputs import main as record_gpu
+
+        sys.exit(record_gpu([a for a in sys.argv[1:] if a != "--gpu"]))
     args = [a for a in sys.argv[1:] if a != "--rewrite"]
     rewrite = "--rewrite" in sys.argv[1:]
     prefixes = tuple(args) or ("",)
