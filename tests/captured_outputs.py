@@ -16,9 +16,10 @@ must the exit code. The numbers in it:
 
 - Integers (counts, bytes, world sizes, steps) and zeros (identical replicas differ by exactly
   0) are exact.
-- Wall-clock readings (`0.172 s`, `epoch_time=0.163s`, `10303 samples/s`, `0.69 GB/s`) are masked: they
-  differ on every run; so are ratios of them, printed as `...share=`, `...efficiency=`,
-  `...speedup=` or `...timing_ratio=` (`data_wait_share=18.2%`, `weak_efficiency=0.93`).
+- Wall-clock readings (`0.172 s`, `epoch_time=0.163s`, `10303 samples/s`, `21838 tokens/s`,
+  `0.69 GB/s`) are masked: they differ on every run; so are ratios of them, printed as
+  `...share=`, `...efficiency=`, `...speedup=` or `...timing_ratio=` (`data_wait_share=18.2%`,
+  `weak_efficiency=0.93`).
 - Checksums of fp32 weights (`weights_crc=ac892451`) are masked: equal for two runs on one
   machine, which the chapter's tests check, but not on another CPU (below).
 - Other decimals (fp32 losses, checksums, differences between two computations) may move by one
@@ -55,9 +56,10 @@ OUTPUTS = REPO / "docs" / "outputs"
 EXIT_CODES = OUTPUTS / "exit_codes.json"
 # torchrun's and c10d's own log lines (timestamps, PIDs) are not the script's output
 LOG_LINE = re.compile(r"^\[?[WIE]\d{4} |^\*{5,}|^\s*$")
-# Wall clock, masked: durations ("0.172 s", "epoch_time=0.163s") and rates ("10303 samples/s").
+# Wall clock, masked: durations ("0.172 s", "epoch_time=0.163s") and rates ("10303 samples/s",
+# "21838 tokens/s").
 SECONDS = re.compile(r"(?<![\w.])\d+(\.\d+)? ?s\b")
-RATE = re.compile(r"(?<![\w.])\d+ samples/s\b|(?<![\w.])\d+(\.\d+)? ?GB/s\b")  # and bandwidths: 0.69 GB/s
+RATE = re.compile(r"(?<![\w.])\d+ (?:samples|tokens)/s\b|(?<![\w.])\d+(\.\d+)? ?GB/s\b")  # and 0.69 GB/s
 # Ratios of wall-clock readings, masked with them: a value printed after a key that ends in
 # "share", "efficiency", "speedup" or "timing_ratio" ("data_wait_share=18.2%",
 # "weak_efficiency=1.00,0.93").
