@@ -1,0 +1,226 @@
+"""Chapter 18: the same GPT under DDP and under FSDP2, a DCP checkpoint that resumes exactly,
+and what activation checkpointing saves.
+
+Trains the GPT of gpt_ddp.py (utils/gpt.py) from the same initial weights on the same global
+batches, with the loss normalised over the global token count: once with DDP, once sharded
+with FSDP2 (fully_shard per transformer block, then the root). The FSDP2 run saves a DCP
+checkpoint at --save-at; a fresh model and optimizer then load it and train the remaining
+steps, which must give the uninterrupted run's losses and weights. --precision bf16: bf16
+parameters and compute, fp32 gradient reduction (MixedPrecisionPolicy).
+--activation-checkpointing: the FSDP2 model recomputes each block's activations in backward.
+The bytes autograd keeps for backward in one forward are measured with and without it.
+
+Run it:
+    python scripts/18_transformer/gpt_fsdp.py                                   # 1 process
+    torchrun --standalone --nproc_per_node=2 scripts/18_transformer/gpt_fsdp.py
+    torchrun --standalone --nproc_per_node=2 scripts/18_transformer/gpt_fsdp.py \\
+        --precision bf16 --activation-checkpointing
+    mpiexec -n 2 python scripts/18_transformer/gpt_fsdp.py
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from utils.checks import check_divisible
+from utils.cli import make_parser, output_dir, positive_int, usage_error
+from utils.distributed import cleanup_distributed, print0, setup_distributed
+from utils.gpt import (
+    IGNORE,
+    add_gpt_args,
+    build_model,
+    count_parameters,
+    global_batch,
+    load_corpus,
+    rank_micro_batches,
+    resolve_gpt_args,
+    saved_activation_bytes,
+    token_loss_sum,
+)
+
+TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}  # largest |FSDP2 loss - DDP loss| accepted
+
+
+def parse_args():
+    parser = add_gpt_args(make_parser(__doc__), steps=12)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="FSDP2's MixedPrecisionPolicy: fp32, or bf16 parameters and compute "
+                        "with fp32 gradient reduction (default: %(default)s)")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="FSDP2's model recomputes each block's activations in backward")
+    parser.add_argument("--checkpoint-dir", type=output_dir, default=Path("checkpoints/ch18"),
+                        help="where the DCP checkpoint goes; on a cluster, a directory every node "
+                        "sees (default: %(default)s)")
+    parser.add_argument("--save-at", type=positive_int, default=None,
+                        help="the step after which the checkpoint is saved (default: half of --steps)")
+    args = parser.parse_args()
+    resolve_gpt_args(args, parser)
+    args.save_at = args.save_at or max(1, args.steps // 2)
+    if args.save_at >= args.steps:
+        usage_error(f"--save-at {args.save_at} must be before the last step (--steps {args.steps}): "
+                    "pick a smaller one", parser)
+    return args, parser
+
+
+# --8<-- [start:shard]
+def shard(model, mesh, precision):
+    """FSDP2: one unit per transformer block, then the root (embeddings, final norm, the tied
+    head). bf16: compute and all-gather in bf16, reduce-scatter the gradients in fp32."""
+    policy = MixedPrecisionPolicy()
+    if precision == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+# --8<-- [end:shard]
+
+
+def save(model, optimizer, checkpoint_dir):
+    """A DCP checkpoint of the model and the optimizer: every rank writes its own shards."""
+    # --8<-- [start:save]
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=checkpoint_dir)
+    # --8<-- [end:save]
+
+
+def train(model, optimizer, corpus, args, ctx, steps, save_to=None):
+    """AdamW on the global batches of `steps`, every token weighing the same (the good loss of
+    gpt_ddp.py), a checkpoint into `save_to` after step --save-at; returns the loss of each
+    global batch, per token."""
+    losses = []
+    for step in steps:
+        rows = rank_micro_batches(global_batch(corpus, step, args.global_batch_size, args.seed),
+                                  ctx.rank, ctx.world_size, 1)[0]
+        inputs, targets = corpus.inputs[rows].to(ctx.device), corpus.targets[rows].to(ctx.device)
+        tokens = (targets != IGNORE).sum()
+        global_tokens = tokens.clone()
+        dist.all_reduce(global_tokens)
+        total = token_loss_sum(model, inputs, targets)
+        (total / global_tokens * ctx.world_size).backward()  # DDP and FSDP2 both average
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        stats = torch.stack([total.detach().double(), tokens.double()])
+        dist.all_reduce(stats)
+        losses.append((stats[0] / stats[1]).item())
+        if save_to is not None and step == args.save_at:
+            save(model, optimizer, save_to)
+    return losses
+
+
+def checksum(model):
+    """The float64 sum of every parameter, over all shards (the same for DDP and FSDP2)."""
+    local = sum(float((p.to_local() if isinstance(p, DTensor) else p).detach().double().sum())
+                for p in model.parameters())
+    if not any(isinstance(p, DTensor) for p in model.parameters()):
+        return local
+    total = torch.tensor(local, dtype=torch.float64, device=next(model.parameters()).device)
+    dist.all_reduce(total)
+    return total.item()
+
+
+def main() -> None:
+    args, parser = parse_args()
+    # 1. Join the process group; one dimension of ranks for FSDP2 to shard over.
+    ctx = setup_distributed(args.backend, args.timeout)
+    check_divisible(ctx, "--global-batch-size", args.global_batch_size)
+    corpus, about = load_corpus(args, parser)
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    print0(about)
+    print0(f"launcher={ctx.launcher} world_size={ctx.world_size} device={ctx.device.type} "
+           f"precision={args.precision} "
+           f"activation_checkpointing={'yes' if args.activation_checkpointing else 'no'}")
+    steps = range(1, args.steps + 1)
+
+    # 2. DDP: every rank the whole model.
+    ddp = DDP(build_model(corpus, args, ctx.device),
+              device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    params = count_parameters(ddp)
+    ddp_losses = train(ddp, torch.optim.AdamW(ddp.parameters(), lr=args.lr), corpus, args, ctx, steps)
+    ddp_checksum = checksum(ddp.module)
+    del ddp
+
+    # 3. FSDP2 from the same weights; the optimizer on the sharded parameters. It saves a DCP
+    #    checkpoint (model and optimizer, each rank its shards) after step --save-at.
+    # --8<-- [start:fsdp]
+    model = build_model(corpus, args, ctx.device)
+    model.activation_checkpointing = args.activation_checkpointing  # before sharding: per block
+    model = shard(model, mesh, args.precision)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    # --8<-- [end:fsdp]
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    checkpoint_dir = args.checkpoint_dir / f"step_{args.save_at}"
+
+    fsdp_losses = train(model, optimizer, corpus, args, ctx, steps, save_to=checkpoint_dir)
+    fsdp_checksum = checksum(model)
+    peak = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
+    del model, optimizer
+
+    # 4. Resume: a fresh model (other initial weights) and optimizer load the checkpoint,
+    #    then train the steps after it.
+    # --8<-- [start:resume]
+    resumed = build_model(corpus, args, ctx.device, seed=args.seed + 1)  # other weights
+    resumed.activation_checkpointing = args.activation_checkpointing
+    resumed = shard(resumed, mesh, args.precision)
+    resumed_optimizer = torch.optim.AdamW(resumed.parameters(), lr=args.lr)
+    model_state, optimizer_state = get_state_dict(resumed, resumed_optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=checkpoint_dir)  # in place, into this rank's shards
+    set_state_dict(resumed, resumed_optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"])
+    # --8<-- [end:resume]
+    rest = range(args.save_at + 1, args.steps + 1)
+    resumed_losses = train(resumed, resumed_optimizer, corpus, args, ctx, rest)
+    resumed_checksum = checksum(resumed)
+    del resumed, resumed_optimizer
+
+    # 5. What activation checkpointing saves: bytes kept for backward in one forward of this
+    #    rank's first batch (a plain copy of the model, so only the activations differ).
+    plain = build_model(corpus, args, ctx.device)
+    rows = rank_micro_batches(global_batch(corpus, 1, args.global_batch_size, args.seed), ctx.rank,
+                              ctx.world_size, 1)[0]
+    inputs, targets = corpus.inputs[rows].to(ctx.device), corpus.targets[rows].to(ctx.device)
+    kept = {}
+    for flag in (False, True):
+        plain.activation_checkpointing = flag
+        kept[flag] = saved_activation_bytes(plain, inputs, targets)
+
+    # 6. Report.
+    print0("step  ddp_loss   fsdp2_loss  |difference|  resumed_loss")
+    resumed_by_step = dict(zip(rest, resumed_losses, strict=True))
+    for step, a, b in zip(steps, ddp_losses, fsdp_losses, strict=True):
+        again = f"{resumed_by_step[step]:.6f}" if step in resumed_by_step else ""
+        again = "(saved here)" if step == args.save_at else again
+        print0(f"{step:>4}  {a:.6f}   {b:.6f}    {abs(a - b):.1e}       {again}".rstrip())
+    max_diff = max(abs(a - b) for a, b in zip(ddp_losses, fsdp_losses, strict=True))
+    tolerance = TOLERANCE[args.precision]
+    resume_equal = resumed_losses == fsdp_losses[args.save_at:] and resumed_checksum == fsdp_checksum
+    print0(f"checksums: ddp {ddp_checksum:.10f} fsdp2 {fsdp_checksum:.10f} "
+           f"resumed from step {args.save_at} {resumed_checksum:.10f}")
+    print0(f"saved for backward, one forward of {len(rows)} sequences on rank 0: "
+           f"{kept[False]} bytes without activation checkpointing, {kept[True]} with it")
+    if peak is not None:
+        print0(f"torch.cuda.max_memory_allocated (fsdp2, rank 0): {peak} bytes")
+    print0(f"summary: launcher={ctx.launcher} world_size={ctx.world_size} precision={args.precision} "
+           f"activation_checkpointing={'yes' if args.activation_checkpointing else 'no'} params={params} "
+           f"first_loss={fsdp_losses[0]:.4f} final_loss={fsdp_losses[-1]:.4f} "
+           f"max_loss_diff={max_diff:.1e} tolerance={tolerance:g} "
+           f"losses_match={'yes' if max_diff <= tolerance else 'no'} "
+           f"resume_equal={'yes' if resume_equal else 'no'} saved_bytes_plain={kept[False]} "
+           f"saved_bytes_checkpointed={kept[True]}")
+    cleanup_distributed()
+
+
+if __name__ == "__main__":
+    main()

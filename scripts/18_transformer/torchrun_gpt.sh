@@ -1,0 +1,37 @@
+#!/bin/bash
+#PBS -N ddp_ch18
+#PBS -l select=1:ncpus=16:ngpus=4
+#PBS -l walltime=00:20:00
+#PBS -j oe
+# Add your site's account and queue here if it needs them:  #PBS -A ...  /  #PBS -q ...
+#
+# Chapter 18 as a PBS job: the GPT's loss of uneven sequences, bad then good (the gradient
+# against one process's), then DDP against FSDP2 with a DCP checkpoint resumed in the run.
+# With TEXT_FILE set (qsub -v TEXT_FILE=$HOME/data/input.txt), the good run trains the
+# --preset gpu model on that text in bf16, compiled, and reports MFU.
+#
+# Submit from the repository root (more nodes: -l select=2:ncpus=16:ngpus=4):
+#     qsub scripts/18_transformer/torchrun_gpt.sh
+# Checkpoints go to CHECKPOINT_DIR (qsub -v CHECKPOINT_DIR=/scratch/$USER/ch18): every node
+# must see it, so on a multi-node job use a shared file system, not a node's /tmp.
+# Without PBS, on one machine (CPU or GPUs), the same script:
+#     echo localhost > /tmp/nodes
+#     PBS_NODEFILE=/tmp/nodes bash scripts/18_transformer/torchrun_gpt.sh
+# Parameters (processes per node, virtual environment, modules): scripts/pbs_common.sh.
+set -euo pipefail
+
+# shellcheck source=scripts/pbs_common.sh
+source "${REPO_DIR:-${PBS_O_WORKDIR:-$PWD}}/scripts/pbs_common.sh" \
+    || { echo "submit from the repository root, or set REPO_DIR to it" >&2; exit 1; }
+
+CHECKPOINT_DIR="${CHECKPOINT_DIR:-$HOME/ddp_checkpoints/ch18_$JOB_ID}"
+echo "checkpoints in $CHECKPOINT_DIR"
+SCRIPT=scripts/18_transformer/gpt_ddp.py
+
+launch_torchrun "$SCRIPT" --variant bad
+launch_torchrun "$SCRIPT" --variant good
+if [[ -n "${TEXT_FILE:-}" ]]; then
+    launch_torchrun "$SCRIPT" --preset gpu --text-file "$TEXT_FILE" --steps 2000 --bf16 --compile \
+        --target-loss 1.5 --eval-every 250
+fi
+launch_torchrun scripts/18_transformer/gpt_fsdp.py --checkpoint-dir "$CHECKPOINT_DIR"
