@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import time
+import zlib
 from pathlib import Path
 
 PAGE = "docs/check.md"  # the page that explains every rule (--explain prints its section)
@@ -792,13 +793,15 @@ def rendezvous(env, launcher, world, local_world):
             raise PreflightError(f"MASTER_ADDR is not set and the {world} ranks span several nodes: export "
                                  "MASTER_ADDR=<first node> (mpiexec: -x MASTER_ADDR with Open MPI)")
     port = env.get("MASTER_PORT")
-    if port is None:
-        job = re.sub(r"\D", "", env.get("SLURM_JOB_ID") or env.get("PBS_JOBID") or "")
-        launch = re.sub(r"\D", "", env.get("SLURM_STEP_ID") or "")
-        if not job:
-            raise PreflightError("MASTER_PORT is not set and no job id to derive one from: export "
-                                 "MASTER_PORT=<a free port>")
-        port = str(15000 + (int(job[-9:]) * 7 + int(launch or 0)) % 17000)
+    if port is None:  # a port of this launch: the job id and the launcher's launch id
+        key = "|".join(env.get(v, "") for v in ("SLURM_JOB_ID", "PBS_JOBID", "SLURM_STEP_ID", "PMIX_NAMESPACE",
+                                                 "PALS_APID"))
+        if not key.strip("|") and local_world == world:
+            key = f"ppid {os.getppid()}"  # one node: MPICH's proxy is every rank's parent
+        if not key.strip("|"):
+            raise PreflightError("MASTER_PORT is not set and nothing names this launch: export "
+                                 "MASTER_PORT=<a free port> (Open MPI: mpiexec -x MASTER_PORT)")
+        port = str(15000 + zlib.crc32(key.encode()) % 17000)
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise PreflightError(f"MASTER_PORT={port!r} is not a port number (1-65535)")
     return addr, int(port)

@@ -77,5 +77,8 @@ cmd=(bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
 if [[ ${#nodes[@]} -gt 1 ]]; then  # one node: no launcher needed
     cmd=("${node_launcher[@]}" -n "${#nodes[@]}" "${cmd[@]}")
 fi
+# Preflight: the same launch runs check_ddp.py --preflight (next to TRAIN_SCRIPT) before training;
+# it checks every rank in seconds and stops the job with what to fix. Delete the next line to skip it.
+"${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$(dirname "$TRAIN_SCRIPT")/check_ddp.py" --preflight
 echo "+ ${cmd[*]}"
 "${cmd[@]}"

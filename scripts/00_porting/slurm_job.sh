@@ -64,5 +64,8 @@ cmd=(srun --kill-on-bad-exit=1 --nodes="${#nodes[@]}" --ntasks-per-node=1
      --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"
      "$TRAIN_SCRIPT" "${train_args[@]}")
+# Preflight: the same launch runs check_ddp.py --preflight (next to TRAIN_SCRIPT) before training;
+# it checks every rank in seconds and stops the job with what to fix. Delete the next line to skip it.
+"${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$(dirname "$TRAIN_SCRIPT")/check_ddp.py" --preflight
 echo "+ ${cmd[*]}"
 "${cmd[@]}"
