@@ -74,6 +74,50 @@ GPU_COMMANDS = {
 AS_WRITTEN = {"00_ddp_two_ranks_one_gpu.txt", "01_two_ranks_one_gpu.txt"}
 
 
+# On a chapter page, a GPU statement is (tests/test_gpu_outputs.py holds each number in one to
+# the page's GPU recordings; test_site.py holds the rest of the prose to the CPU captures):
+# - the body of a content tab whose label starts with "GPU" (=== "GPU (H200, ...)");
+# - the body of an admonition whose title starts with "On GPUs", "On a GPU", "On the GPU" or
+#   "On the H200" (!!! note "On GPUs", ??? note "On GPUs: ...");
+# - elsewhere, a sentence that names the recorded card (H200).
+GPU_BLOCK = re.compile(r'^(?P<indent> *)(?:=== "GPU\b'
+                       r'|(?:!!!|\?\?\?\+?) \w+ "On (?:GPUs|a GPU|the GPU|the H200)\b)')
+GPU_SENTENCE = re.compile(r"H200")
+# The one line of a chapter that has no GPU recording.
+NO_RECORDING = "No GPU recording"
+
+
+def split_gpu_statements(text: str) -> tuple[str, str]:
+    """(the GPU statements of a page's markdown, the rest of it), as defined above. The rest
+    keeps its line count, so sections and offsets stay where they were."""
+    gpu, rest = [], []
+    lines, i = text.splitlines(keepends=True), 0
+    while i < len(lines):
+        block = GPU_BLOCK.match(lines[i])
+        if not block:
+            rest.append(lines[i])
+            i += 1
+            continue
+        indent, end = len(block.group("indent")), i + 1
+        while end < len(lines) and (not lines[end].strip()
+                                    or len(lines[end]) - len(lines[end].lstrip()) > indent):
+            end += 1
+        gpu.extend(lines[i:end])
+        rest.extend("\n" for _ in lines[i:end])
+        i = end
+    others = []
+    for paragraph in re.split(r"(\n\s*\n)", "".join(rest)):
+        sentences = re.split(r"(?<=[.!?])(\s+)(?=[A-Z`(*])", paragraph)
+        for sentence in sentences:
+            structure = sentence.lstrip().startswith(("|", "#", "=== ", "--8<--"))
+            if GPU_SENTENCE.search(sentence) and not structure:
+                gpu.append(sentence + "\n")
+                others.append(re.sub(r"[^\n]", " ", sentence))
+            else:
+                others.append(sentence)
+    return "".join(gpu), "".join(others)
+
+
 @dataclass(frozen=True)
 class Machine:
     """Where a recording ran: what the header names."""

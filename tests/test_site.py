@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from captured_outputs import OUTPUTS, differences, exit_codes, last_digit, read, run_command, tolerance_for
 from conftest import REPO, captured_run, clean_env, run
+from gpu_outputs import split_gpu_statements
 
 
 def test_mkdocs_build_strict(tmp_path):
@@ -96,7 +97,7 @@ def _claim_or_nothing(code: re.Match) -> str:
 
 def _outputs_in(text: str) -> dict[str, str]:
     return {Path(path).name: read(REPO / path)[1]
-            for path in re.findall(r'--8<-- "(docs/outputs/[^"]+)"', text)}
+            for path in re.findall(r'--8<-- "(docs/outputs/(?!gpu/)[^"]+)"', text)}  # GPU: test_gpu_outputs
 
 
 @pytest.mark.parametrize("page", sorted((REPO / "chapters").glob("*.md")), ids=lambda p: p.stem)
@@ -111,7 +112,8 @@ def test_numbers_on_a_page_come_from_its_captured_outputs(page):
     for section in re.split(r"(?m)^(?=## )", text):
         offset += len(section)
         seen = _outputs_in(text[:offset]) or _outputs_in(text)
-        prose = re.sub(r"```.*?```|`([^`\n]*)`", _claim_or_nothing, section, flags=re.S)
+        not_gpu = split_gpu_statements(section)[1]  # GPU statements: tests/test_gpu_outputs.py
+        prose = re.sub(r"```.*?```|`([^`\n]*)`", _claim_or_nothing, not_gpu, flags=re.S)
         for number in (n.lstrip("+") for n in NUMBER.findall(prose)):
             if number in NOT_MEASURED:
                 continue

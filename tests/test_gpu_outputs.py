@@ -1,0 +1,146 @@
+"""GPU output on the pages (docs/outputs/gpu/, tests/gpu_outputs.py): every recording says
+where it ran, every chapter shows one or says it has none, and every GPU number a page states
+comes from a recording the page shows. Launches nothing: the recordings need a GPU, these
+checks do not."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from captured_outputs import OUTPUTS, read
+from conftest import REPO
+from gpu_outputs import (
+    GPU_COMMANDS,
+    GPU_OUTPUTS,
+    NO_RECORDING,
+    Machine,
+    header,
+    ranks_of,
+    read_gpu,
+    sharing,
+    split_gpu_statements,
+)
+from test_site import NOT_MEASURED, NUMBER, _claim_or_nothing, _shown_by
+
+RECORDINGS = sorted(GPU_OUTPUTS.glob("*.txt"))
+CHAPTERS = sorted((REPO / "chapters").glob("*.md"))
+INCLUDE = re.compile(r'--8<-- "docs/outputs/gpu/([^"]+)"')
+
+
+def gpu_outputs_of(text: str) -> dict[str, str]:
+    """The GPU recordings a page includes: name -> everything in the file (header too)."""
+    return {name: (GPU_OUTPUTS / name).read_text() for name in INCLUDE.findall(text)}
+
+
+def gpu_numbers(text: str) -> list[str]:
+    """The numbers a page states in its GPU statements (gpu_outputs.split_gpu_statements):
+    prose, and a number alone in inline code; code blocks and included outputs are not claims."""
+    statements = split_gpu_statements(text)[0]
+    prose = re.sub(r"```.*?```|`([^`\n]*)`", _claim_or_nothing, statements, flags=re.S)
+    return [n.lstrip("+") for n in NUMBER.findall(prose) if n.lstrip("+") not in NOT_MEASURED]
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)
+def test_every_gpu_recording_names_card_versions_ranks_date_and_commit(path):
+    command, fields, output = read_gpu(path)
+    assert fields["card"].startswith("NVIDIA "), fields
+    assert int(fields["memory"].replace(",", "")) > 0 and fields["driver"], fields
+    assert fields["torch"] and fields["cuda"] and fields["nccl"], fields
+    assert ("nccl" in fields["how"]) != ("gloo-cuda" in fields["how"]), f"which backend? {fields['how']}"
+    assert output.strip(), f"{path.name} holds no output"
+    if (OUTPUTS / path.name).exists():  # the CPU capture's name: the same script
+        script = re.compile(r"\bscripts/\S+\.py")
+        assert script.findall(command) == script.findall(read(OUTPUTS / path.name)[0]), (
+            f"{path.name}: the GPU recording runs another script than docs/outputs/{path.name}")
+    else:
+        assert path.name in GPU_COMMANDS or path.name.startswith(("00_", "01_")), (
+            f"{path.name}: a GPU-only recording needs its command in gpu_outputs.GPU_COMMANDS")
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapter_shows_gpu_output_or_says_it_has_none(page):
+    text = page.read_text()
+    shown = gpu_outputs_of(text)
+    says_none = [line for line in text.splitlines() if line.startswith(NO_RECORDING)]
+    assert shown or len(says_none) == 1, (
+        f"{page.name} includes no docs/outputs/gpu/ file and has no line starting '{NO_RECORDING}'")
+    for name in shown:
+        code = int(read_gpu(GPU_OUTPUTS / name)[1]["exit"])
+        if code != 0:  # a failed run on the page: the page says what its exit code means
+            said = split_gpu_statements(text)[0]
+            assert re.search(rf"exit code {code}\b|exits? (?:with )?{code}\b", said), (
+                f"{page.name} shows {name}, which exited {code}, and says nothing of its exit code")
+
+
+def test_every_gpu_recording_is_on_a_page():
+    shown = {name for page in CHAPTERS for name in INCLUDE.findall(page.read_text())}
+    assert {p.name for p in RECORDINGS} <= shown, sorted({p.name for p in RECORDINGS} - shown)
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.stem)
+def test_gpu_numbers_on_a_page_come_from_its_gpu_recordings(page):
+    """A number in a GPU tab, an "On GPUs" note or a sentence naming the H200 is one that a
+    GPU recording included on the same page shows (rounded or not)."""
+    text = page.read_text()
+    outputs = gpu_outputs_of(text)
+    unshown = [number for number in gpu_numbers(text) if not _shown_by(outputs, number)]
+    assert not unshown, (f"{page.name} states {unshown} about GPUs, which no GPU recording it includes "
+                         "(docs/outputs/gpu/) shows")
+
+
+def test_gpu_statements_are_told_from_cpu_prose():
+    """What counts as a GPU statement, on a page made up for it."""
+    page = ("The CPU run took 0.172 s. On the H200 it took 0.0137 s. Back on CPUs, 1.25 s.\n\n"
+            '=== "CPU (2 processes)"\n\n    0.5 s here\n\n=== "GPU (H200, 2 ranks share it)"\n\n'
+            "    1.75 s there\n\n"
+            '!!! note "On GPUs: more"\n    3.25 GB/s\n\n'
+            '??? note "Under the hood"\n    6.5 ms\n')
+    gpu, rest = split_gpu_statements(page)
+    assert sorted(NUMBER.findall(gpu)) == ["0.0137", "1.75", "3.25"]  # blocks first, then sentences
+    assert NUMBER.findall(rest) == ["0.172", "1.25", "0.5", "6.5"]
+    assert len(rest.splitlines()) == len(page.splitlines())
+
+
+def test_the_ranks_run_under_nccl_where_they_fit_and_share_the_gpus_where_not():
+    two = "torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py"
+    assert sharing(two, gpus=1) == ({"DDP_BACKEND": "gloo-cuda"}, "2 ranks share 1 GPU over gloo with "
+                                    "CUDA tensors (DDP_BACKEND=gloo-cuda)")
+    assert sharing(two, gpus=2) == ({}, "2 ranks, one GPU each, under nccl")
+    assert sharing(two, gpus=1, as_written=True)[0] == {}  # the newcomer's run: nccl, as typed
+    assert sharing(f"{two} --backend gloo-cuda", gpus=8)[0] == {}  # the command chose the shared mode
+    assert "gloo-cuda" in sharing(f"{two} --backend gloo-cuda", gpus=8)[1]
+    assert sharing("python scripts/05_gradient_accumulation/grad_accumulation.py", gpus=1)[0] == {}
+    assert ranks_of("for n in 1 2 4; do torchrun --nproc_per_node=$n x.py; done") == 4
+    assert ranks_of("mpiexec -n 4 python x.py") == ranks_of("srun --ntasks=4 python x.py") == 4
+    # and every capture of the pages reads: its ranks are those its output reports
+    for path in RECORDINGS:
+        command, fields, output = read_gpu(path)
+        sizes = {int(n) for n in re.findall(r"world_size=(\d+)", output)}
+        assert not sizes or ranks_of(command) == max(sizes) or "two_ranks" in path.name, (path.name, sizes)
+
+
+def test_a_header_reads_back_as_written(tmp_path):
+    machine = Machine("NVIDIA H100 80GB HBM3", 81559, "550.54.15", "2.14.1+cu130", "13.0", "2.27.3", 2)
+    text = f"$ python x.py\n{header(machine, '1 rank under nccl', '2026-12-01', 'abc1234', 0)}\nout\n"
+    path = tmp_path / "check.txt"
+    path.write_text(text)
+    command, fields, output = read_gpu(path)
+    assert (command, output) == ("python x.py", "out")
+    assert (fields["card"], fields["memory"], fields["nccl"], fields["commit"], fields["exit"]) == (
+        "NVIDIA H100 80GB HBM3", "81,559", "2.27.3", "abc1234", "0")
+
+
+def test_recording_again_without_cuda_stops_with_a_message():
+    """No GPU visible (CUDA_VISIBLE_DEVICES empty, so on a GPU machine too): a message, exit 2,
+    and no file of docs/outputs/gpu/ touched."""
+    before = {p.name: p.read_text() for p in RECORDINGS}
+    result = subprocess.run([sys.executable, "tests/captured_outputs.py", "--gpu", "06_"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "needs NVIDIA GPUs" in result.stderr and "make outputs" in result.stderr, result.stderr
+    assert {p.name: p.read_text() for p in sorted(GPU_OUTPUTS.glob("*.txt"))} == before  # nothing written
