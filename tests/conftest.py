@@ -179,13 +179,13 @@ def mpi_env(mpi: str) -> dict[str, str]:
 
 
 def mpiexec(mpi: str, n: int, path: str, *args: str, launcher_args: tuple[str, ...] = (),
-            timeout: float = 180) -> Result:
+            timeout: float = 180, env_extra: dict[str, str] | None = None) -> Result:
     """`mpiexec -n N [launcher_args] python script.py ...` with Open MPI or MPICH.
 
     Open MPI gets --oversubscribe: it refuses more ranks than cores otherwise, and the
     test machine has two.
     """
-    env = mpi_env(mpi)
+    env = {**mpi_env(mpi), **(env_extra or {})}
     extra = ["--oversubscribe"] if mpi == "openmpi" else []
     cmd = ["mpiexec", "-n", str(n), *extra, *launcher_args, "python", script(path), *args]
     return run(cmd, env=env, timeout=timeout)

@@ -10,7 +10,7 @@ import socket
 import struct
 
 import pytest
-from conftest import captured_run, mpiexec, python
+from conftest import REPO, captured_run, mpiexec, python
 
 DDP = "12_scaling_and_performance/train_ddp.py"
 SINGLE = "12_scaling_and_performance/train_single.py"
@@ -79,13 +79,100 @@ def test_warm_up_that_takes_every_step_is_a_usage_error_not_a_crash():
     assert "Traceback" not in result.output
 
 
+def two_ranks_of_device_batches(size: int = 64, batch: int = 8, flip: bool = True):
+    """The device pipeline of two ranks, in one process, built as train_ddp.py builds it (a
+    DistributedSampler per rank, the generator seeded with seed + rank), on images whose
+    labels are their own indices: a batch's labels say which images it holds."""
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    from utils.vision import DeviceBatches, Images
+
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (size, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    split = Images(images, torch.arange(size), mean=(120.0, 125.0, 130.0), std=(60.0, 61.0, 62.0), flip=flip)
+    samplers = [DistributedSampler(split, num_replicas=2, rank=rank, seed=0) for rank in range(2)]
+    pipelines = [DeviceBatches(split, batch, torch.device("cpu"), sampler, seed=rank)
+                 for rank, sampler in enumerate(samplers)]
+    return split, samplers, pipelines
+
+
+def test_device_pipeline_gives_each_rank_its_own_share_reshuffled_by_set_epoch():
+    """Issue 31: the batches themselves. Per epoch the two ranks' images are disjoint and
+    together the whole data set; set_epoch(1) deals them out anew (another order, other
+    sets per rank)."""
+    split, samplers, pipelines = two_ranks_of_device_batches()
+    seen = {}
+    for epoch in (0, 1):
+        for rank, (sampler, pipeline) in enumerate(zip(samplers, pipelines, strict=True)):
+            sampler.set_epoch(epoch)
+            seen[epoch, rank] = [int(label) for _, labels in pipeline for label in labels]
+            assert len(seen[epoch, rank]) == len(pipeline) * 8 == 32, seen[epoch, rank]
+        ranks = [set(seen[epoch, 0]), set(seen[epoch, 1])]
+        assert not ranks[0] & ranks[1], f"epoch {epoch}: images on both ranks: {ranks[0] & ranks[1]}"
+        assert ranks[0] | ranks[1] == set(range(len(split))), f"epoch {epoch}: images left out"
+    for rank in (0, 1):
+        assert seen[0, rank] != seen[1, rank] and set(seen[0, rank]) != set(seen[1, rank]), rank
+
+
+def test_device_pipeline_augments_every_batch_differently_from_the_plain_images():
+    """The batches are crops (and flips) of the images the labels name, not the images as
+    they are: most differ from the plain normalised image; each is a shifted window of it."""
+    import torch
+    import torch.nn.functional as F
+
+    from utils.vision import normalized
+
+    split, samplers, pipelines = two_ranks_of_device_batches(flip=False)  # crops alone: checkable
+    plain = normalized(split, torch.device("cpu"))
+    padded = F.pad(split.images.float(), (4, 4, 4, 4))
+    mean = torch.tensor(split.mean).view(1, -1, 1, 1)
+    std = torch.tensor(split.std).view(1, -1, 1, 1)
+    shifted = total = 0
+    for pipeline in pipelines:
+        for images, labels in pipeline:
+            for image, label in zip(images, labels, strict=True):
+                total += 1
+                shifted += not torch.equal(image, plain[label])
+                windows = [(padded[label, :, dy:dy + 32, dx:dx + 32] - mean[0]) / std[0]
+                           for dy in range(9) for dx in range(9)]
+                assert any(torch.allclose(image, w, atol=1e-5) for w in windows), int(label)
+    assert total == 64 and shifted >= 0.8 * total, (shifted, total)  # 1 crop in 81 is unshifted
+
+
 @pytest.fixture(scope="module")
 def mpi_run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("monitor")
     # The device pipeline under Open MPI: the small model learns the digits in two epochs.
+    # Every rank's batches are recorded from outside the script (tests/observe_batches).
+    observed = {"PYTHONPATH": str(REPO / "tests" / "observe_batches"),
+                "OBSERVE_BATCHES_LOG": str(directory)}
     result = mpiexec("openmpi", 2, DDP, "--model", "small", "--variant", "device", "--batch-size", "32",
-                     "--lr", "0.05", "--epochs", "2", "--warm-up", "1", "--monitor-dir", str(directory))
+                     "--lr", "0.05", "--epochs", "2", "--warm-up", "1", "--monitor-dir", str(directory),
+                     env_extra=observed)
     return result, directory
+
+
+def test_each_rank_trains_on_its_own_share_augmented_and_reshuffled_every_epoch(mpi_run):
+    """What the script's ranks really iterated (recorded by tests/observe_batches): in each
+    epoch, two disjoint shares of the 1437 training digits, every image of them once, all but
+    the 29 that drop_last leaves over (2 ranks x 22 batches x 32 = 1408); epoch 1 deals them
+    out anew; every image of a batch augmented."""
+    import json
+
+    result, directory = mpi_run
+    passes = [json.loads(line) for log in directory.glob("*.jsonl") for line in log.read_text().splitlines()]
+    epochs = {(p["rank"], p["epoch"]): p for p in passes if len(p["batches"]) == 22}  # whole epochs
+    assert sorted(epochs) == [(0, 0), (0, 1), (1, 0), (1, 1)], (passes, result.output)
+    shares = {key: [i for batch in p["batches"] for i in batch] for key, p in epochs.items()}
+    for epoch in (0, 1):
+        zero, one = set(shares[0, epoch]), set(shares[1, epoch])
+        assert len(zero) == len(one) == 22 * 32, epoch  # no image twice on a rank
+        assert not zero & one, f"epoch {epoch}: {len(zero & one)} images on both ranks"
+        assert len(zero | one) == 1437 - 29 and max(zero | one) < 1437, epoch
+    for rank in (0, 1):
+        assert set(shares[rank, 0]) != set(shares[rank, 1]), f"rank {rank}: the same share in epoch 1"
+    assert all(p["augmented"] >= 0.8 * 32 * len(p["batches"]) for p in epochs.values()), epochs
 
 
 def test_trains_under_open_mpi_and_the_loss_falls(mpi_run):
