@@ -79,9 +79,11 @@ AS_WRITTEN = {"00_ddp_two_ranks_one_gpu.txt", "01_two_ranks_one_gpu.txt"}
 # - the body of a content tab whose label starts with "GPU" (=== "GPU (H200, ...)");
 # - the body of an admonition whose title starts with "On GPUs", "On a GPU", "On the GPU" or
 #   "On the H200" (!!! note "On GPUs", ??? note "On GPUs: ...");
+# - a section whose heading starts so (### On a GPU: ...), up to the next heading of its level;
 # - elsewhere, a sentence that names the recorded card (H200).
 GPU_BLOCK = re.compile(r'^(?P<indent> *)(?:=== "GPU\b'
                        r'|(?:!!!|\?\?\?\+?) \w+ "On (?:GPUs|a GPU|the GPU|the H200)\b)')
+GPU_HEADING = re.compile(r"^(?P<level>#{2,6}) On (?:GPUs|a GPU|the GPU|the H200)\b")
 GPU_SENTENCE = re.compile(r"H200")
 # The one line of a chapter that has no GPU recording.
 NO_RECORDING = "No GPU recording"
@@ -93,14 +95,19 @@ def split_gpu_statements(text: str) -> tuple[str, str]:
     gpu, rest = [], []
     lines, i = text.splitlines(keepends=True), 0
     while i < len(lines):
-        block = GPU_BLOCK.match(lines[i])
-        if not block:
+        block, heading = GPU_BLOCK.match(lines[i]), GPU_HEADING.match(lines[i])
+        if not block and not heading:
             rest.append(lines[i])
             i += 1
             continue
-        indent, end = len(block.group("indent")), i + 1
-        while end < len(lines) and (not lines[end].strip()
-                                    or len(lines[end]) - len(lines[end].lstrip()) > indent):
+        end = i + 1
+        if heading:
+            level = len(heading.group("level"))
+            while end < len(lines) and not re.match(rf"#{{1,{level}}} ", lines[end]):
+                end += 1
+        indent = len(block.group("indent")) if block else 0
+        while block and end < len(lines) and (not lines[end].strip()
+                                              or len(lines[end]) - len(lines[end].lstrip()) > indent):
             end += 1
         gpu.extend(lines[i:end])
         rest.extend("\n" for _ in lines[i:end])

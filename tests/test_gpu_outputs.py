@@ -36,12 +36,16 @@ def gpu_outputs_of(text: str) -> dict[str, str]:
     return {name: (GPU_OUTPUTS / name).read_text() for name in INCLUDE.findall(text)}
 
 
+# test_site's NUMBER, and thousands written with commas from the first digit on (22,975).
+GPU_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d+(?:e-?\d+)?|\d{1,3}(?:,\d{3})+|\d{3,})(?![\w])")
+
+
 def gpu_numbers(text: str) -> list[str]:
     """The numbers a page states in its GPU statements (gpu_outputs.split_gpu_statements):
     prose, and a number alone in inline code; code blocks and included outputs are not claims."""
     statements = split_gpu_statements(text)[0]
     prose = re.sub(r"```.*?```|`([^`\n]*)`", _claim_or_nothing, statements, flags=re.S)
-    return [n.lstrip("+") for n in NUMBER.findall(prose) if n.lstrip("+") not in NOT_MEASURED]
+    return [n.lstrip("+") for n in GPU_NUMBER.findall(prose) if n.lstrip("+") not in NOT_MEASURED]
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name)
@@ -98,10 +102,12 @@ def test_gpu_statements_are_told_from_cpu_prose():
             '=== "CPU (2 processes)"\n\n    0.5 s here\n\n=== "GPU (H200, 2 ranks share it)"\n\n'
             "    1.75 s there\n\n"
             '!!! note "On GPUs: more"\n    3.25 GB/s\n\n'
-            '??? note "Under the hood"\n    6.5 ms\n')
+            '??? note "Under the hood"\n    6.5 ms\n\n'
+            "### On a GPU: batch 1024\n\n12.5 ms, and 25.5 ms.\n\n#### Detail\n\n50.5 ms\n\n"
+            "## Next\n\n2.75 s\n")
     gpu, rest = split_gpu_statements(page)
-    assert sorted(NUMBER.findall(gpu)) == ["0.0137", "1.75", "3.25"]  # blocks first, then sentences
-    assert NUMBER.findall(rest) == ["0.172", "1.25", "0.5", "6.5"]
+    assert sorted(NUMBER.findall(gpu)) == ["0.0137", "1.75", "1024", "12.5", "25.5", "3.25", "50.5"]
+    assert NUMBER.findall(rest) == ["0.172", "1.25", "0.5", "6.5", "2.75"]
     assert len(rest.splitlines()) == len(page.splitlines())
 
 
