@@ -610,7 +610,7 @@ class Checker:
                              "collides; let the launcher set MASTER_ADDR and MASTER_PORT")
 
     def rule_nccl_device(self):
-        set_lines = [c.lineno for c in self.calls if last(c) == "set_device"]
+        set_at = [(c.lineno, self.function_of(c)) for c in self.calls if last(c) == "set_device"]
         for call in self.calls:
             if last(call) != "init_process_group" or keyword(call, "device_id") is not None:
                 continue
@@ -618,7 +618,7 @@ class Checker:
             if backend is None or not any(isinstance(n, ast.Constant) and "nccl" in str(n.value)
                                           for n in ast.walk(backend)):
                 continue
-            if not any(line < call.lineno for line in set_lines):
+            if not any(line < call.lineno and scope in (self.function_of(call), self.tree) for line, scope in set_at):
                 self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device before it: "
                          "NCCL may start every rank on GPU 0; call torch.cuda.set_device(local_rank) first")
 
@@ -807,6 +807,16 @@ def rendezvous(env, launcher, world, local_world):
     return addr, int(port)
 
 
+def shared_gpus(reports):
+    """One message per physical GPU (host, UUID) that two or more ranks would use."""
+    by_gpu = {}
+    for report in reports:
+        by_gpu.setdefault((report["host"], report["gpu"]), []).append(report)
+    return [f"ranks {' and '.join(str(r['rank']) for r in sharing)} on {host} share one GPU ({gpu}) under nccl: "
+            "start at most one process per GPU (--nproc_per_node, -n, --ntasks-per-node), or check "
+            "CUDA_VISIBLE_DEVICES" for (host, gpu), sharing in by_gpu.items() if len(sharing) > 1]
+
+
 def preflight(args):
     import datetime
     import socket
@@ -847,7 +857,6 @@ def preflight(args):
         uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device))
     else:
         device, uuid = torch.device("cpu"), "-"
-    uuid = os.environ.get("CHECK_DDP_FAKE_GPU_UUID", uuid)  # the tests fake two ranks on one GPU
     # 2. Meet: a store at the rendezvous, every wait under --timeout.
     timeout = datetime.timedelta(seconds=args.timeout)
     if world == 1:
@@ -876,15 +885,7 @@ def preflight(args):
         problems.append("the ranks disagree on the world size or on who is who: one launcher line for the "
                         "whole job")
     if backend == "nccl":
-        by_gpu = {}
-        for p in everyone:
-            by_gpu.setdefault((p["host"], p["gpu"]), []).append(p)
-        for (gpu_host, gpu), sharing in by_gpu.items():
-            if len(sharing) > 1:
-                ranks = " and ".join(str(p["rank"]) for p in sharing)
-                problems.append(f"ranks {ranks} on {gpu_host} share one GPU ({gpu}) under nccl: start at most "
-                                "one process per GPU (--nproc_per_node, -n, --ntasks-per-node), or check "
-                                "CUDA_VISIBLE_DEVICES")
+        problems += shared_gpus(everyone)
     # 4. An all_reduce of known values on the training backend: rank r adds r + 1.
     result = "skipped"
     bandwidth = None
@@ -899,7 +900,7 @@ def preflight(args):
             expected = world * (world + 1) / 2
             right = torch.tensor([int(bool((probe == expected).all()))], device=device)
             dist.all_reduce(right)
-            result = "right" if int(right.item()) == world else "WRONG"
+            result = "right on every rank" if int(right.item()) == world else "WRONG"
             if result == "WRONG":
                 problems.append(f"all_reduce gave a wrong sum on {world - int(right.item())} rank(s): check "
                                 "the network and the NCCL variables below")
@@ -919,18 +920,23 @@ def preflight(args):
             problems.append(f"all_reduce failed: {type(error).__name__}: {str(error).splitlines()[0]}")
     # 5. Rank 0: one table, one verdict.
     if rank == 0:
-        print(f"preflight: launcher={launcher} world_size={world} backend={backend} "
-              f"rendezvous={addr}:{port}" + (" (torchrun's store)" if launcher == "torchrun" else ""))
-        print(f"{'rank':>4}  {'host':<16} {'local':>5}  {'device':<8} {'gpu':<14} CUDA_VISIBLE_DEVICES")
+        hosts = list(dict.fromkeys(p["host"] for p in sorted(everyone, key=lambda p: p["rank"])))
+        where = "localhost (torchrun's store)" if launcher == "torchrun" and addr == "localhost" else (
+            f"{addr} (torchrun's store)" if launcher == "torchrun" else f"{addr}:{port}")
+        print(f"preflight: launcher={launcher} world_size={world} nodes={len(hosts)} backend={backend} "
+              f"rendezvous={where if world > 1 else 'none (one process)'}")
+        print(f"{'rank':>4}  {'node':>4}  {'local':>5}  {'device':<8}  {'gpu':<14}  CUDA_VISIBLE_DEVICES")
         for p in sorted(everyone, key=lambda p: p["rank"]):
-            print(f"{p['rank']:>4}  {p['host'][:16]:<16} {p['local_rank']:>5}  {p['device']:<8} "
-                  f"{p['gpu'][:14]:<14} {p['cvd']}")
+            print(f"{p['rank']:>4}  {hosts.index(p['host']):>4}  {p['local_rank']:>5}  {p['device']:<8}  "
+                  f"{p['gpu'][:14]:<14}  {p['cvd']}")
+        if len(hosts) > 1:
+            print("nodes: " + "  ".join(f"{i}={host}" for i, host in enumerate(hosts)))
         nccl = sorted({f"{k}={v}" for p in everyone for k, v in p["nccl"].items()})
         print(f"NCCL variables: {' '.join(nccl) if nccl else 'none set'}")
-        shown = f"{bandwidth:.2f} GB/s bus bandwidth ({args.megabytes} MiB, {backend})" if bandwidth else "n/a"
-        print(f"all_reduce of known values: {result}; {shown}")
-        verdict = "OK" if not problems else "FAIL"
-        print(f"preflight: {verdict} in {time.monotonic() - started:.1f} s" +
+        shown = (f"; {bandwidth:.2f} GB/s bus bandwidth ({args.megabytes} MiB, {backend})" if bandwidth
+                 else "")
+        print(f"all_reduce of known values: {result}{shown}")
+        print(f"preflight: {'OK' if not problems else 'FAIL'} in {time.monotonic() - started:.1f} s" +
               (": " + "; ".join(problems) if problems else f": {world} rank(s) ready to train"), flush=True)
     elif problems:
         print(f"preflight: rank {rank} stops: {problems[0]}", file=sys.stderr, flush=True)
