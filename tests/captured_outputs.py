@@ -120,6 +120,11 @@ TOLERANCES = [
                   "OTHER_CPU: epoch 1's accuracy 0.6472 against 0.7889 here, the last loss 0.2037 "
                   "against 0.2206, the final accuracy 0.9806 against 0.9722); the chapter's test "
                   "asserts what holds: both runs above 95% and within 2 points of each other"),
+    Tolerance("18_*.txt", relative=0.0, points=0.0, absolute=1e-6,
+              lines=r"max relative difference|grad_diff=",
+              why="the good variant's gradient minus one process's is fp32 rounding noise (the same "
+                  "sums in another order): its size depends on the CPU's kernels (1.5e-07 on the "
+                  "capturing CPU, 8.9e-08 with AVX-512 off); the chapter's test bound is 1e-5"),
     Tolerance("17_mesh.txt", relative=0.0, points=0.0, absolute=1e-6,
               lines=r"largest \|sharded MLP - whole MLP\||tp_output_diff=",
               why="the tensor-parallel output minus the whole MLP's is fp32 rounding noise (the "
@@ -132,16 +137,42 @@ def tolerance_for(name: str) -> Tolerance | None:
     return next((t for t in TOLERANCES if fnmatch.fnmatch(name, t.files)), None)
 
 
+class CpuPopen(subprocess.Popen):
+    """Popen that keeps the CPU seconds (user + system) of the process and of every process
+    it waited for (torchrun's workers, a loader's workers...), from wait4(): load-independent
+    to first order, unlike the wall clock. `cpu_seconds` is None until it has been reaped."""
+
+    cpu_seconds: float | None = None
+
+    def _try_wait(self, wait_flags):
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:  # as subprocess does: waiting was disabled, no status
+            return self.pid, 0
+        if pid == self.pid:
+            self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        return pid, status
+
+
+_LAST = __import__("threading").local()  # the CPU seconds of this thread's last run_command
+
+
+def last_cpu_seconds() -> float | None:
+    return getattr(_LAST, "cpu_seconds", None)
+
+
 def run_command(command: str, timeout: float = 300, env_extra: dict[str, str] | None = None
                 ) -> tuple[int, str]:
     """Run a command as a user would from the repository root, with .venv's tools first.
-    Returns (exit code, output); with pipefail, a failure anywhere in a pipeline counts."""
+    Returns (exit code, output); with pipefail, a failure anywhere in a pipeline counts.
+    The CPU seconds it took: last_cpu_seconds(), in the same thread."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_"))}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env_extra or {}))
-    proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            text=True, start_new_session=True)
+    proc = CpuPopen(["bash", "-o", "pipefail", "-c", command], cwd=REPO, env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    text=True, start_new_session=True)
+    _LAST.cpu_seconds = None
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -151,6 +182,7 @@ def run_command(command: str, timeout: float = 300, env_extra: dict[str, str] | 
         kill_tree(proc.pid)
         output, _ = proc.communicate()
         raise RuntimeError(f"timed out after {timeout} s: {command}\n{output}") from None
+    _LAST.cpu_seconds = proc.cpu_seconds
     return proc.returncode, "\n".join(line for line in output.splitlines() if not LOG_LINE.match(line))
 
 
