@@ -6,6 +6,7 @@ import io
 import logging
 import os
 import stat
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,14 @@ import torch
 from conftest import mpiexec, observed_writes, python, torchrun, writes_to
 from torch import nn
 
-from utils.checkpoint import TEMP_PREFIX, atomic_torch_save, strip_prefixes, unwrap_model
+from utils.checkpoint import (
+    TEMP_PREFIX,
+    atomic_torch_save,
+    fingerprint_states,
+    generator_states,
+    strip_prefixes,
+    unwrap_model,
+)
 from utils.logging_utils import get_logger
 
 SCRIPT = "04_logging_and_checkpoints/train_with_checkpoints.py"
@@ -217,10 +225,53 @@ def test_good_resume_reproduces_the_uninterrupted_run(tmp_path, good_2):
     result, resumed = train(lambda *a: torchrun(2, *a), tmp_path, "--resume")
     assert resumed["start_epoch"] == "2" and resumed["epochs_done"] == str(EPOCHS)
     assert "resumed from checkpoint_good.pt: 2 epoch(s) done" in result.output
-    # Every rank's RNG state at the start of epochs 3 and 4 is the uninterrupted run's ...
+    # The fingerprint moves every epoch (dropout draws from the CPU's generator here) ...
+    assert len(set(rng_states(straight))) == EPOCHS, straight["rng_states"]
+    # ... every rank's RNG state at the start of epochs 3 and 4 is the uninterrupted run's ...
     assert rng_states(first) + rng_states(resumed) == rng_states(straight)
     # ... and so is every loss, to the last printed digit.
     assert losses(first) + losses(resumed) == losses(straight)
+
+
+def cuda_state(seed: int, offset: int) -> torch.Tensor:
+    """What torch.cuda.get_rng_state() returns for CUDA's Philox generator: its seed and its
+    offset (which every random kernel advances), 8 bytes each."""
+    return torch.frombuffer(bytearray(struct.pack("<QQ", seed, offset)), dtype=torch.uint8)
+
+
+def test_fingerprint_moves_with_each_generator_of_each_rank():
+    """The rng_states fingerprint covers both generators of both ranks: moving any one alone
+    changes it. The GPU's state is injected, as torch.cuda.get_rng_state() would give it."""
+    torch.manual_seed(0)
+    cpu_0 = torch.get_rng_state()
+    torch.rand(1)
+    cpu_1 = torch.get_rng_state()
+    states = [[cpu_0, cuda_state(0, 0)], [cpu_1, cuda_state(1, 0)]]
+    fingerprint = fingerprint_states(states)
+    assert fingerprint_states([[s.clone() for s in rank] for rank in states]) == fingerprint  # states alone
+    moved = {
+        "rank 0's CPU": [[cpu_1, cuda_state(0, 0)], states[1]],
+        "rank 0's GPU": [[cpu_0, cuda_state(0, 4)], states[1]],  # dropout on the GPU advanced the offset
+        "rank 1's GPU": [states[0], [cpu_1, cuda_state(1, 4)]],
+    }
+    for what, changed in moved.items():
+        assert fingerprint_states(changed) != fingerprint, f"missed a move of {what} generator"
+
+
+def test_generator_states_hold_the_gpus_generator_on_a_gpu(monkeypatch):
+    """On a CUDA device the states are the CPU's and that GPU's (faked here), and the
+    fingerprint moves with either; on a CPU, the CPU's alone."""
+    gpu = {"state": cuda_state(7, 0)}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": gpu["state"])
+    cuda = torch.device("cuda", 0)
+    before = fingerprint_states([generator_states(cuda)])
+    assert [s.numel() for s in generator_states(cuda)] == [torch.get_rng_state().numel(), 16]
+    gpu["state"] = cuda_state(7, 4)  # only the GPU's generator moves
+    assert fingerprint_states([generator_states(cuda)]) != before
+    assert len(generator_states(torch.device("cpu"))) == 1
+    cpu_print = fingerprint_states([generator_states(torch.device("cpu"))])
+    torch.rand(1)  # only the CPU's generator moves
+    assert fingerprint_states([generator_states(torch.device("cpu"))]) != cpu_print
 
 
 def test_bad_resume_does_not(tmp_path, single_good):

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -83,6 +84,27 @@ def capture_rng_state(device: torch.device | None = None) -> dict[str, Any]:
         kind, keys, pos, has_gauss, cached = np.random.get_state()
         state["numpy"] = (kind, keys.tolist(), int(pos), int(has_gauss), float(cached))
     return state
+
+
+# --8<-- [start:fingerprint]
+def generator_states(device: torch.device | None = None) -> list[torch.Tensor]:
+    """The states of the torch generators a run on ``device`` draws from: the CPU's
+    (``torch.get_rng_state()``), and on a GPU the device's own (``torch.cuda.get_rng_state``),
+    which dropout and ``torch.rand`` on CUDA tensors draw from. Python's and numpy's
+    generators are left out: a script that draws from them fingerprints them too."""
+    states = [torch.get_rng_state()]
+    if device is not None and device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def fingerprint_states(states_per_rank: Sequence[Sequence[torch.Tensor]]) -> str:
+    """Eight hex digits (CRC-32) of every rank's generator states, in rank order: they
+    change when any generator of any rank moves."""
+    data = b"".join(state.detach().cpu().contiguous().numpy().tobytes()
+                    for states in states_per_rank for state in states)
+    return f"{zlib.crc32(data):08x}"
+# --8<-- [end:fingerprint]
 
 
 def restore_rng_state(state: Mapping[str, Any], device: torch.device | None = None) -> None:

@@ -21,7 +21,6 @@ plain model cannot load it; its resume forgets map_location and the RNG states.
 
 import logging
 import sys
-import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
@@ -32,7 +31,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from utils.checkpoint import load_checkpoint, save_checkpoint, unwrap_model
+from utils.checkpoint import (
+    fingerprint_states,
+    generator_states,
+    load_checkpoint,
+    save_checkpoint,
+    unwrap_model,
+)
 from utils.checks import check_global_batch
 from utils.cli import add_training_args, add_variant_arg, make_parser, output_dir, positive_int
 from utils.data import make_loader, synthetic_classification
@@ -66,11 +71,12 @@ def build_model() -> nn.Module:
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 4))
 
 
-def rng_fingerprint(world_size: int) -> str:
-    """Eight hex digits that change whenever any rank's torch RNG state does (a collective)."""
-    states = [None] * world_size
-    dist.all_gather_object(states, torch.get_rng_state())
-    return f"{zlib.crc32(torch.cat(states).numpy().tobytes()):08x}"
+def rng_fingerprint(device: torch.device, world_size: int) -> str:
+    """Eight hex digits that change whenever any generator this run draws from moves on any
+    rank: the CPU's and, on a GPU, the GPU's (a collective: every rank must call it)."""
+    states_per_rank = [None] * world_size
+    dist.all_gather_object(states_per_rank, generator_states(device))
+    return fingerprint_states(states_per_rank)
 
 
 def main() -> None:
@@ -99,10 +105,14 @@ def main() -> None:
 
     # 3. Data: DistributedSampler + set_epoch(), so the data order is a function of the
     #    epoch alone, and a resumed run draws the same batches as an uninterrupted one.
+    #    The loader draws its workers' base seed from a generator of its own, not from the
+    #    global one: with persistent workers (on GPUs) it draws when the first epoch starts,
+    #    so a resumed run would draw once more than the uninterrupted one.
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
     sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                  shuffle=True, seed=args.seed)
-    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler)
+    loader = make_loader(dataset, args.batch_size, ctx.device, sampler=sampler,
+                         generator=torch.Generator().manual_seed(args.seed))
 
     # 4. The model, wrapped; the optimizer keeps state (momentum) a resume must restore.
     torch.manual_seed(args.seed)
@@ -137,11 +147,12 @@ def main() -> None:
         log(f"no {checkpoint_path.name} in the checkpoint directory yet: starting at epoch 1")
 
     # 6. Train, and save a checkpoint after every epoch. rng_states: a fingerprint of every
-    #    rank's RNG state as each epoch starts; an exact resume starts with the same ones.
+    #    rank's generators (CPU; GPU on GPUs) as each epoch starts; an exact resume starts
+    #    with the same ones.
     losses, rng_states = [], []
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # the data order depends on the epoch, not on history
-        rng_states.append(rng_fingerprint(ctx.world_size))
+        rng_states.append(rng_fingerprint(ctx.device, ctx.world_size))
         model.train()
         loss_sum, count = torch.zeros((), device=ctx.device), 0
         for inputs, labels in loader:
