@@ -151,12 +151,15 @@ class CausalSelfAttention(nn.Module):
         batch, length, dim = x.shape
         q, k, v = self.qkv(x).split(dim, dim=2)
         q, k, v = (t.view(batch, length, self.heads, dim // self.heads).transpose(1, 2) for t in (q, k, v))
+        # --8<-- [start:attention]
         # is_causal: position t attends to positions <= t only. Padding sits on the right,
         # so no real token ever attends to a pad: no other mask is needed.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # --8<-- [end:attention]
         return self.proj(y.transpose(1, 2).reshape(batch, length, dim))
 
 
+# --8<-- [start:block]
 class Block(nn.Module):
     """Pre-norm: x + attention(norm(x)), then x + MLP(norm(x))."""
 
@@ -170,6 +173,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
+# --8<-- [end:block]
 
 
 class GPT(nn.Module):
