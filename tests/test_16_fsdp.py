@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import captured_run, mpiexec, parse_summary, python
+from conftest import REPO, VENV_BIN, captured_run, mpiexec, parse_summary, python, run
 
 from utils.fsdp import BlockModel
 
@@ -167,6 +167,18 @@ def test_good_dcp_save_at_4_resumes_at_2_and_exports_from_rank_0(checkpoint_good
     assert at4["export_bytes_per_rank"] == f"{4 * PARAMS},0,0,0"
     assert at2["export_bytes_per_rank"] == f"{4 * PARAMS},0"
     assert at4["plain_load"] == at2["plain_load"] == "ok" and at4["rank_file_load"] == "n/a"
+
+
+def test_the_shared_modes_cpu_gather_gives_what_the_two_exports_give():
+    """The shared mode (--backend gloo-cuda) exports through utils/shared_mode.py's
+    gather_through_cpu, because gloo's all-gather of CUDA tensors kills the process. On
+    CPUs, at 2 ranks, it must give exactly what it stands in for: full_tensor() on every
+    rank (bad), and get_model_state_dict(full_state_dict, cpu_offload) on rank 0 with an
+    empty dict elsewhere (good), for the chapter's model and for shards of uneven size."""
+    result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2",
+                  REPO / "tests" / "shared_mode_probe.py"], timeout=180)
+    assert result.clean_summary() == {f"{model}_{check}": "yes" for model in ("block", "uneven")
+                                      for check in ("to_all", "rank0", "cpu")}, result.output
 
 
 @pytest.fixture(scope="module")

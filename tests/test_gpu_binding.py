@@ -232,6 +232,30 @@ def test_point_to_point_goes_through_cpu_tensors_in_the_shared_mode():
     assert p2p_device(ctx("gloo", "cpu")) == torch.device("cpu")
 
 
+def test_the_shared_mode_gives_cpu_tensors_to_what_gloo_cannot_run_on_cuda_ones():
+    """utils/shared_mode.py's routing: in the shared mode, point-to-point and every
+    all-gather built on gloo's coalesced all-gather (DTensor.full_tensor, redistribute to
+    Replicate, the full state_dict: SIGSEGV on CUDA tensors) go through the CPU; the
+    collectives gloo copies through pinned host memory itself stay on the GPU; under nccl
+    and on CPUs nothing moves."""
+    from utils.shared_mode import CPU_ROUTED, ON_DEVICE, collective_device, shares_gpu
+
+    gpu, cpu = torch.device("cuda", 1), torch.device("cpu")
+    assert set(CPU_ROUTED) == {"send", "recv", "isend", "irecv", "batch_isend_irecv",
+                               "all_gather_into_tensor_coalesced", "full_tensor",
+                               "redistribute_to_replicate", "full_state_dict", "all_reduce_coalesced"}
+    for op in CPU_ROUTED:
+        assert collective_device("gloo", gpu, op) == cpu, op  # the shared mode
+        assert collective_device("nccl", gpu, op) == gpu, op
+        assert collective_device("gloo", cpu, op) == cpu, op
+    for op in ON_DEVICE:
+        assert collective_device("gloo", gpu, op) == gpu, op
+    assert {"all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"} <= ON_DEVICE
+    assert shares_gpu("gloo", gpu) and not shares_gpu("nccl", gpu) and not shares_gpu("gloo", cpu)
+    with pytest.raises(ValueError, match="unknown collective 'all_gather_object_typo'"):
+        collective_device("gloo", gpu, "all_gather_object_typo")  # a typo never routes silently
+
+
 # ---- 4. two nccl ranks on one physical GPU: one message before NCCL's own
 def fake_uuids(monkeypatch, uuids: dict[int, dict[int, str]]) -> None:
     """torch.cuda.get_device_properties as each rank (a thread named rank<N>) would see it:
@@ -301,6 +325,52 @@ def test_a_clash_between_other_ranks_stops_rank_0_too(monkeypatch):
     outcome = check_all([0, 0, 0, 1])
     assert all(outcome.values()), outcome
     assert "rank 2 as cuda:0" in outcome[0] and "rank 3 as cuda:1" in outcome[0], outcome[0]
+
+
+def setup_as_ranks(monkeypatch, visible: int, uuids: dict[int, dict[int, str]]) -> tuple[dict, list]:
+    """setup_distributed("nccl") itself on 2 ranks (threads) of a node whose GPUs are faked:
+    the rendezvous is one shared store, and init_process_group only records who reached it.
+    Returns (rank -> '' or the error each rank raised, the ranks that reached NCCL's init)."""
+    import torch.distributed as dist
+
+    from utils.distributed import LaunchInfo
+
+    fake_gpus(monkeypatch, visible)
+    fake_uuids(monkeypatch, uuids)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    store, started, outcome = dist.HashStore(), [], {}
+    monkeypatch.setattr(distributed, "detect_launcher", lambda: LaunchInfo(
+        "torchrun", int(threading.current_thread().name.removeprefix("rank")), 2,
+        int(threading.current_thread().name.removeprefix("rank")), 2))
+    monkeypatch.setattr(distributed, "meet", lambda info, backend, timeout, deadline: (store, None))
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda backend, **kwargs: started.append((kwargs["rank"], backend)))
+
+    def rank_main(rank: int) -> None:
+        try:
+            distributed.setup_distributed("nccl", timeout_s=10.0)
+            outcome[rank] = ""
+        except DistributedSetupError as error:
+            outcome[rank] = str(error)
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"rank{r}") for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert not any(thread.is_alive() for thread in threads), "setup_distributed hung"
+    return outcome, started
+
+
+def test_setup_distributed_checks_the_gpus_before_nccl_starts(monkeypatch):
+    """The call site (the GPU lane's duplicate-GPU case, proven without a GPU): two nccl
+    ranks shown one GPU stop in setup_distributed with the one message, and neither
+    reaches init_process_group; on two GPUs both pass the check and go on to it."""
+    outcome, started = setup_as_ranks(monkeypatch, 1, {r: {0: "GPU-aaaa"} for r in range(2)})
+    assert "would use the same GPU (GPU-aaaa)" in outcome[0], outcome
+    assert "ranks 0 and 1 would share one GPU under nccl" in outcome[1], outcome
+    assert started == []  # NCCL never started: no 'Duplicate GPU detected' after ours
+    outcome, started = setup_as_ranks(monkeypatch, 2, {r: {0: "GPU-a", 1: "GPU-b"} for r in range(2)})
+    assert outcome == {0: "", 1: ""} and sorted(started) == [(0, "nccl"), (1, "nccl")]
 
 
 def test_a_missing_rank_ends_the_check_in_its_timeout(monkeypatch):

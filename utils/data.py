@@ -3,7 +3,11 @@ the one place that knows DataLoader settings for CPUs and GPUs (make_loader)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import select
+import threading
+import time
 
 import torch
 from torch.utils.data import (
@@ -43,6 +47,39 @@ def loader_workers(device: torch.device, local_world_size: int | None = None) ->
     return max(1, min(4, share - 1))
 
 
+def exit_with_owner(owner_pid: int, worker_id: int) -> None:
+    """A DataLoader worker's ``worker_init_fn``: the worker ends when the process that
+    owns its loader (a rank) has ended, however it ended.
+
+    torch's own check in a worker (torch.utils.data._utils.worker.ManagerWatchdog) waits
+    for its *parent* to change. A worker started through the "forkserver" has the fork
+    server as its parent, not the rank, and the fork server ends only once every worker
+    has closed its copy of the server's liveness pipe. A rank killed by SIGKILL (an
+    out-of-memory kill, a crash, chapter 14's --fail-at-step) thus leaves its workers and
+    its fork server running for ever, and they hold the launcher's stdout and stderr open:
+    whatever reads the job's output to its end (a pipe, a CI log, the test suite) waits."""
+    threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True,
+                     name=f"exit_with_owner-{worker_id}").start()
+
+
+def _watch_owner(owner_pid: int) -> None:
+    try:  # Linux 5.3+: a descriptor that becomes readable when the process exits
+        fd = os.pidfd_open(owner_pid)
+    except (AttributeError, OSError):  # no pidfd, or the owner is already gone
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+        os._exit(0)
+    while True:  # elsewhere: ask every second
+        try:
+            os.kill(owner_pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass
+        time.sleep(1.0)
+
+
 # --8<-- [start:make_loader]
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, sampler: Sampler | None = None,
                 shuffle: bool = False, drop_last: bool = False, generator: torch.Generator | None = None,
@@ -59,7 +96,8 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, samp
       (loader_workers), kept alive across epochs (persistent_workers), started with
       "forkserver" (a worker forked from a process that holds CUDA and NCCL state
       inherits it, which CUDA does not support), and pinned (page-locked) memory, so
-      that ``tensor.to(device, non_blocking=True)`` copies asynchronously.
+      that ``tensor.to(device, non_blocking=True)`` copies asynchronously. Each worker
+      ends when its rank does, even a rank killed by SIGKILL (``exit_with_owner``).
     - On a CPU: everything in the training process, nothing pinned.
     - ``generator``: the shuffle's random numbers without a `sampler`; with one, the
       generator the loader draws its workers' base seed from, each time an epoch's
@@ -78,5 +116,6 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, *, samp
     return DataLoader(
         dataset, **batching, num_workers=workers, pin_memory=on_gpu, persistent_workers=workers > 0,
         multiprocessing_context="forkserver" if workers > 0 else None, generator=loader_generator,
+        worker_init_fn=functools.partial(exit_with_owner, os.getpid()) if workers > 0 else None,
     )
 # --8<-- [end:make_loader]

@@ -12,6 +12,8 @@ The parts, each in its own module (every public name is importable from here too
 - utils/devices.py: backend and device (nccl with one GPU per rank, gloo on CPUs, or the
   shared mode: N ranks on fewer GPUs over gloo), and the check that no two nccl ranks
   share a GPU;
+- utils/shared_mode.py: the collectives the shared mode gives CPU tensors (gloo has no CUDA
+  path for them), ``collective_device()``, ``gather_through_cpu()``;
 - here: ``setup_distributed()`` itself, ``timeout_group()``, ``cleanup_distributed()``,
   ``print0()``.
 """
@@ -50,6 +52,7 @@ from utils.rendezvous import (  # noqa: F401
     resolve_master,
     resolve_rendezvous,
 )
+from utils.shared_mode import collective_device, shares_gpu  # noqa: F401
 
 DEFAULT_TIMEOUT_S = 120.0
 _pick_backend_and_device = pick_backend_and_device  # its name before the split
@@ -128,10 +131,9 @@ def timeout_group(ctx: DistributedContext, timeout_s: float, *,
 def p2p_device(ctx: DistributedContext) -> torch.device:
     """Where tensors for send/recv (and batch_isend_irecv) must live: the job's device,
     except in the shared mode (gloo on GPUs), where gloo's point-to-point calls take CPU
-    tensors only (a CUDA tensor ends the process: "transport/tcp/pair.cc ... Bad address")."""
-    if ctx.backend == "gloo" and ctx.device.type == "cuda":
-        return torch.device("cpu")  # gpu-checked: gloo point-to-point
-    return ctx.device
+    tensors only (a CUDA tensor ends the process: "transport/tcp/pair.cc ... Bad address").
+    The shared mode's other CPU routes: utils/shared_mode.py."""
+    return collective_device(ctx.backend, ctx.device, "batch_isend_irecv")
 
 
 def cleanup_distributed() -> None:

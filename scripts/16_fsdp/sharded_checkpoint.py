@@ -43,6 +43,7 @@ from utils.cli import add_variant_arg, existing_dir, make_parser, output_dir, us
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.fsdp import BlockModel, add_fsdp_args, build_model, global_batch_slice, local_bytes, shard_model
+from utils.shared_mode import gather_through_cpu, shares_gpu
 
 
 def parse_args():
@@ -151,8 +152,12 @@ def main() -> None:
         files = sorted(p.name for p in (args.checkpoint_dir / f"epoch_{args.epochs}").iterdir())
         print0(f"epoch_{args.epochs} holds: {' '.join(files)}")
 
-    # 4. Export one plain state_dict file for inference.
-    if args.variant == "bad":
+    # 4. Export one plain state_dict file for inference. In the shared mode (--backend
+    #    gloo-cuda) gloo cannot all-gather CUDA tensors the way both exports below do (the
+    #    process dies of SIGSEGV): the same gathers run on CPU copies of the shards there.
+    if shares_gpu(ctx.backend, ctx.device):
+        full = gather_through_cpu(model.state_dict(), to_all=args.variant == "bad")
+    elif args.variant == "bad":
         # --8<-- [start:bad_export]
         # bad: full_tensor() all-gathers each tensor onto every rank: N whole copies at once.
         # (On rank 0 alone it would hang: the other ranks never join the all-gather.)
