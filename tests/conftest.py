@@ -393,6 +393,7 @@ QUICK_TESTS = {
     "test_15_torch_compile_ddp.py::test_bad_checkpoint_of_the_compiled_wrapper_does_not_load_into_a_plain_model",
     "test_16_fsdp.py::test_bad_every_rank_saves_shards_not_a_model",
     "test_17_zero_and_beyond.py::test_bad_save_from_rank_0_alone_loses_the_other_shards",
+    "test_18_transformer.py::test_accumulation_over_micro_batches_of_different_lengths",
     "test_site.py::test_mkdocs_build_strict",
     "test_site.py::test_every_script_folder_has_its_chapter_in_the_nav",
     "test_site.py::test_numbers_on_a_page_come_from_its_captured_outputs",
