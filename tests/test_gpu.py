@@ -153,6 +153,9 @@ ONE_RANK: list[tuple[str, tuple[str, ...], Check]] = [
     ("16_fsdp/fsdp_vs_ddp.py", ("--epochs", "2"), ok("world_size=1", "losses_match=yes")),
     ("17_zero_and_beyond/zero_optimizer.py", (), ok("world_size=1", "identical=yes")),
     ("17_zero_and_beyond/device_mesh_2d.py", (), ok("world_size=1", "mesh=1x1", "dp_grads_ok=yes")),
+    ("18_transformer/gpt_ddp.py", ("--steps", "30"), ok("world_size=1", "grad_diff=", "mfu=")),
+    ("18_transformer/gpt_fsdp.py", ("--checkpoint-dir", "/tmp/ch18_gpu_1"),
+     ok("world_size=1", "losses_match=yes", "resume_equal=yes")),
 ]
 
 
@@ -227,6 +230,15 @@ def pitfalls(n: int) -> list[tuple[str, tuple[str, ...], Check]]:
         ("17_zero_and_beyond/zero_checkpoint.py", ("--checkpoint-dir", "/tmp/ch17_gpu_good"),
          ok("saved_states=8/8", "right_shape_states=8/8", "resume_equal=yes")),
         ("17_zero_and_beyond/device_mesh_2d.py", (), ok(f"world_size={n}", "dp_grads_ok=yes")),
+        ("18_transformer/gpt_ddp.py", ("--variant", "bad", "--steps", "30"),
+         ok(f"world_size={n}", "grad_diff=")),
+        ("18_transformer/gpt_ddp.py", ("--variant", "good", "--steps", "30", "--accumulation-steps", "2"),
+         ok(f"world_size={n}", "grad_diff=", "mfu=")),
+        ("18_transformer/gpt_fsdp.py", ("--checkpoint-dir", f"/tmp/ch18_gpu_{n}"),
+         ok(f"world_size={n}", "losses_match=yes", "resume_equal=yes")),
+        ("18_transformer/gpt_fsdp.py", ("--precision", "bf16", "--activation-checkpointing",
+                                        "--checkpoint-dir", f"/tmp/ch18_gpu_bf16_{n}"),
+         ok(f"world_size={n}", "losses_match=yes", "resume_equal=yes")),
     ]
 
 

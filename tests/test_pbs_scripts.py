@@ -117,6 +117,8 @@ EXPECTED_IN_JOB_OUTPUT = {
                            "resume_equal=no", "variant=good world_size=2",
                            "saved_states=8/8 right_shape_states=8/8", "resume_equal=yes",
                            "mesh=1x2", "dp_grads_ok=yes"],
+    "18_transformer": ["variant=bad accumulation_steps=1", "variant=good accumulation_steps=1",
+                       "losses_match=yes", "resume_equal=yes"],
     # (one folder, two launchers: per-script entries add to the folder's)
     "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],
     "13_multinode_and_hpc/pbs_mpiexec.sh": ["summary: launcher=mpich world_size=2 nodes=1"],
