@@ -12,10 +12,14 @@ import re
 import sys
 import time
 
-import pytest
 from conftest import REPO, VENV_BIN, clean_env, mpiexec, run
-from simulated_nodes import NODE_ADDRESSES, Background, kill_leftovers, node_env  # noqa: F401 - autouse fixture
-from simulated_nodes import two_network_namespaces
+from simulated_nodes import (  # kill_leftovers: an autouse fixture
+    NODE_ADDRESSES,
+    Background,
+    kill_leftovers,  # noqa: F401
+    node_env,
+    two_network_namespaces,
+)
 from slurm_cluster import shared_cluster
 
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
@@ -93,7 +97,8 @@ def test_fixtures_get_exactly_the_expected_findings():
 
 
 def test_a_thousand_line_script_is_read_in_well_under_a_second():
-    body = (FIXTURES / "pitfalls.py").read_text().replace('if __name__ == "__main__":\n    main(None, 2, 4)\n', "")
+    entry = 'if __name__ == "__main__":\n    main(None, 2, 4)\n'
+    body = (FIXTURES / "pitfalls.py").read_text().replace(entry, "")
     copies = [body.replace("def main(", f"def main_{i}(") for i in range(30)]
     text = "\n".join(copies) + "\nif __name__ == '__main__':\n" + "".join(f"    main_{i}(None, 2, 4)\n"
                                                                           for i in range(30))
@@ -111,9 +116,10 @@ def test_command_line_as_a_user_meets_it(tmp_path):
     # findings: linters' format, exit 1, a summary line
     bad = run([sys.executable, CHECKER, "scripts/03_distributed_sampler/set_epoch_shuffling.py"], timeout=60)
     assert bad.returncode == 1, bad.output
-    assert re.search(r"^scripts/03_distributed_sampler/set_epoch_shuffling\.py:\d+:\d+: DDP030 DistributedSampler "
-                     r"shuffles, but set_epoch\(\) is never called.* \(with --variant bad\) \(chapter 03: "
-                     r"chapters/03_distributed_sampler\.md\)$", bad.output, re.M), bad.output
+    assert re.search(r"^scripts/03_distributed_sampler/set_epoch_shuffling\.py:\d+:\d+: DDP030 "
+                     r"DistributedSampler shuffles, but set_epoch\(\) is never called.* "
+                     r"\(with --variant bad\) \(chapter 03: chapters/03_distributed_sampler\.md\)$",
+                     bad.output, re.M), bad.output
     assert bad.output.rstrip().endswith("1 finding in 1 file (1 file(s) checked)"), bad.output
     # json, and files that cannot be read: one line each, exit 2
     (tmp_path / "broken.py").write_text("def main(:\n")
@@ -143,12 +149,13 @@ def test_command_line_as_a_user_meets_it(tmp_path):
 
 # --------------------------------------------------------------------------- preflight
 def assert_preflight_ok(output: str, launcher: str, world: int, nodes: int = 1) -> None:
-    assert f"preflight: launcher={launcher} world_size={world} nodes={nodes} backend=gloo rendezvous=" in output
+    header = f"preflight: launcher={launcher} world_size={world} nodes={nodes} backend=gloo rendezvous="
+    assert header in output, output
     rows = re.findall(r"^ +(\d+) +(\d+) +(\d+)  cpu +- +\S+$", output, re.M)
     assert [int(r[0]) for r in rows] == list(range(world)), output  # every rank once, in order
     assert "NCCL variables: NCCL_DEBUG=WARN" in output, output  # what the ranks were given
-    assert re.search(r"^all_reduce of known values: right on every rank; \d+\.\d\d GB/s bus bandwidth \(1 MiB, gloo\)$",
-                     output, re.M), output
+    assert re.search(r"^all_reduce of known values: right on every rank; \d+\.\d\d GB/s bus bandwidth "
+                     r"\(1 MiB, gloo\)$", output, re.M), output
     assert re.search(rf"^preflight: OK in \d+\.\d s: {world} rank\(s\) ready to train$", output, re.M), output
     assert output.count("preflight: OK") == 1, "printed by more than rank 0"
 
@@ -158,11 +165,12 @@ PREFLIGHT = [CHECKER, "--preflight", "--megabytes", "1", "--timeout", "60"]
 
 def test_preflight_under_torchrun_and_both_mpiexecs():
     env = clean_env(NCCL_DEBUG="WARN")
-    result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2", *PREFLIGHT], env=env, timeout=120)
+    torchrun = [VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2"]
+    result = run([*torchrun, *PREFLIGHT], env=env, timeout=120)
     assert result.returncode == 0, result.output
     assert_preflight_ok(result.output, "torchrun", 2)
     for mpi, launcher in (("openmpi", "openmpi"), ("mpich", "mpich/pals")):
-        extra = ("-x", "NCCL_DEBUG") if mpi == "openmpi" else ("-genv", "NCCL_DEBUG", "WARN")
+        extra = ("-x", "NCCL_DEBUG=WARN") if mpi == "openmpi" else ("-genv", "NCCL_DEBUG", "WARN")
         result = mpiexec(mpi, 2, str(CHECKER), *PREFLIGHT[1:], launcher_args=extra, timeout=120)
         assert result.returncode == 0, result.output
         assert_preflight_ok(result.output, launcher, 2)
@@ -180,9 +188,11 @@ def test_preflight_under_srun(request):
 def test_preflight_on_two_simulated_nodes():
     with two_network_namespaces() as names:
         port = "29411"
-        nodes = [Background(["ip", "netns", "exec", ns, VENV_BIN / "torchrun", "--nnodes=2", "--nproc_per_node=1",
-                             "--rdzv-backend=c10d", f"--rdzv-endpoint={NODE_ADDRESSES[0]}:{port}",
+        nodes = [Background(["ip", "netns", "exec", ns, VENV_BIN / "torchrun", "--nnodes=2",
+                             "--nproc_per_node=1", "--rdzv-backend=c10d",
+                             f"--rdzv-endpoint={NODE_ADDRESSES[0]}:{port}",  # a namespace's own port
                              "--rdzv-id=preflight", f"--rdzv-conf=is_host={str(ns == names[0]).lower()}",
+                             f"--local-addr={address}",  # the namespaces share one host name
                              *PREFLIGHT], env=node_env(address, NCCL_DEBUG="WARN"), timeout=150)
                  for ns, address in zip(reversed(names), reversed(NODE_ADDRESSES), strict=True)]
         node1, node0 = (node.finish() for node in nodes)
@@ -217,7 +227,8 @@ def test_preflight_stops_two_ranks_on_one_gpu(tmp_path):
     nccl. The GPU is faked (its UUID), as tests/test_gpu_binding.py fakes it."""
     (tmp_path / "sitecustomize.py").write_text(FAKE_ONE_GPU)
     env = clean_env(PYTHONPATH=str(tmp_path))
-    result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2", *PREFLIGHT], env=env, timeout=120)
+    torchrun = [VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2"]
+    result = run([*torchrun, *PREFLIGHT], env=env, timeout=120)
     assert result.returncode != 0, result.output
     assert re.search(r"^preflight: FAIL in \d+\.\d s: ranks 0 and 1 on \S+ share one GPU \(GPU-aaaa\) under "
                      r"nccl: start at most one process per GPU", result.output, re.M), result.output
@@ -228,6 +239,8 @@ def test_preflight_stops_two_ranks_on_one_gpu(tmp_path):
 def test_shared_gpus_tells_per_task_binding_from_two_ranks_on_one_gpu():
     def report(rank, host, gpu):
         return {"rank": rank, "host": host, "gpu": gpu}
-    assert check_ddp.shared_gpus([report(0, "n1", "GPU-a"), report(1, "n1", "GPU-b"), report(2, "n2", "GPU-a")]) == []
-    [message] = check_ddp.shared_gpus([report(0, "n1", "GPU-a"), report(1, "n1", "GPU-b"), report(2, "n1", "GPU-b")])
+    per_task = [report(0, "n1", "GPU-a"), report(1, "n1", "GPU-b"), report(2, "n2", "GPU-a")]
+    assert check_ddp.shared_gpus(per_task) == []  # one UUID on two hosts: two GPUs
+    [message] = check_ddp.shared_gpus([report(0, "n1", "GPU-a"), report(1, "n1", "GPU-b"),
+                                       report(2, "n1", "GPU-b")])
     assert message.startswith("ranks 1 and 2 on n1 share one GPU (GPU-b) under nccl")

@@ -58,7 +58,8 @@ RULES = {rule.code: rule for rule in [
          "torch.save of a state_dict on every rank: N writers of one file",
          "save on rank 0 alone (if rank == 0:), then dist.barrier() before anyone reads it"),
     Rule("DDP041", "04", "chapters/04_logging_and_checkpoints.md",
-         "the DDP wrapper's state_dict() saved: every key starts with 'module.', a plain model cannot load it",
+         "the DDP wrapper's state_dict() saved: every key starts with 'module.', a plain model cannot "
+         "load it",
          "save model.module.state_dict(), the plain model inside the wrapper"),
     Rule("DDP042", "04", "chapters/04_logging_and_checkpoints.md",
          "torch.load without map_location: on GPUs every rank loads onto the GPU that saved the file",
@@ -104,8 +105,10 @@ COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into
                "all_to_all", "all_to_all_single", "new_group"}
 RANK_NAMES = {"rank", "global_rank", "world_rank", "is_main", "is_main_process", "is_master",
               "master_process", "is_rank_zero", "is_rank0", "main_process", "is_leader"}
+RANK_CALLS = {"get_rank", "is_main_process", "get_global_rank"}
 GUARD_NAMES = RANK_NAMES | {"local_rank", "node_rank"}  # a save guarded by these writes once per node
 NO_GRAD = {"no_grad", "inference_mode"}
+FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
 NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
 
@@ -195,14 +198,14 @@ class Checker:
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
-        self.functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.functions = {n.name: n for n in tree.body if isinstance(n, FUNCTION)}
         self.reachable = self._reachable()
         self.nodes = [n for n in self._walk(tree)]
         self.calls = [n for n in self.nodes if isinstance(n, ast.Call)]
         self.attrs = {n.attr for n in self.nodes if isinstance(n, ast.Attribute)}
         self.names = {n.id for n in self.nodes if isinstance(n, ast.Name)} | {
-            a.asname or a.name.split(".")[-1] for n in self.nodes if isinstance(n, (ast.Import, ast.ImportFrom))
-            for a in n.names}
+            a.asname or a.name.split(".")[-1] for n in self.nodes
+            if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         self.modules = {a.name for n in self.nodes if isinstance(n, ast.Import) for a in n.names} | {
             n.module or "" for n in self.nodes if isinstance(n, ast.ImportFrom)}
         self.distributed = self._is_distributed()
@@ -223,7 +226,7 @@ class Checker:
 
     def _walk(self, node):
         for child in ast.iter_child_nodes(node):
-            if (self.parents.get(child) is self.tree and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if (self.parents.get(child) is self.tree and isinstance(child, FUNCTION)
                     and child.name not in self.reachable):
                 continue
             yield child
@@ -235,7 +238,7 @@ class Checker:
             yield node
 
     def function_of(self, node):
-        return next((a for a in self.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        return next((a for a in self.ancestors(node) if isinstance(a, FUNCTION)),
                     self.tree)
 
     def _is_distributed(self):
@@ -270,17 +273,19 @@ class Checker:
             if function is not None and isinstance(node.targets[0], ast.Tuple):
                 for ret in ast.walk(function):
                     if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
-                        for target, value in zip(node.targets[0].elts, ret.value.elts):
+                        for target, value in zip(node.targets[0].elts, ret.value.elts, strict=False):
                             kind = kind_of(value) if isinstance(value, ast.Call) else None
                             if kind is None and isinstance(value, ast.Name):
                                 kind = next((k for k, *_ in bound.get(value.id, [])), None)
                             if kind and isinstance(target, ast.Name):
-                                bound.setdefault(target.id, []).append((kind, node.lineno, self.function_of(node)))
+                                where = (kind, node.lineno, self.function_of(node))
+                                bound.setdefault(target.id, []).append(where)
                 continue
             kind = kinds.get(last(call))
             if kind == "compile" and dotted(call.func) not in ("torch.compile", "compile"):
                 kind = None
-            if kind is None and any(last(c) == "state_dict" for c in ast.walk(call) if isinstance(c, ast.Call)):
+            if kind is None and any(last(c) == "state_dict" for c in ast.walk(call)
+                                    if isinstance(c, ast.Call)):
                 kind = "state_dict"
             for target in node.targets:
                 for name in ast.walk(target):
@@ -303,7 +308,7 @@ class Checker:
                 return True
             if isinstance(node, ast.Name) and node.id in tainted:
                 return True
-            if isinstance(node, ast.Call) and last(node) in ("get_rank", "is_main_process", "get_global_rank"):
+            if isinstance(node, ast.Call) and last(node) in RANK_CALLS:
                 return True
             if isinstance(node, ast.Constant) and node.value == "RANK":
                 return True
@@ -331,7 +336,8 @@ class Checker:
         """Inside a branch on the rank, or after an early return/exit on it, or in a function
         that is only called so."""
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self.is_rank_test(ancestor.test, names):
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) \
+                    and self.is_rank_test(ancestor.test, names):
                 return True
         scope = self.function_of(node)
         for stmt in ast.walk(scope):
@@ -345,12 +351,14 @@ class Checker:
 
     def in_no_grad(self, node):
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, ast.With) and any(last(item.context_expr) in NO_GRAD for item in ancestor.items):
+            if isinstance(ancestor, ast.With) and any(last(item.context_expr) in NO_GRAD
+                                                      for item in ancestor.items):
                 return True
-            if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(ancestor, FUNCTION):
                 if any(last(d) in NO_GRAD for d in ancestor.decorator_list):
                     return True
-                if any(isinstance(c, ast.Call) and last(c) == "eval" and not c.args for c in ast.walk(ancestor)):
+                if any(isinstance(c, ast.Call) and last(c) == "eval" and not c.args
+                       for c in ast.walk(ancestor)):
                     return True
         return False
 
@@ -360,9 +368,10 @@ class Checker:
 
     def check(self):
         if self.distributed:
-            for rule in (self.rule_loader, self.rule_collective_branch, self.rule_set_epoch, self.rule_padded_eval,
-                         self.rule_saves, self.rule_load, self.rule_no_sync, self.rule_fp16, self.rule_batchnorm,
-                         self.rule_module_call, self.rule_port, self.rule_nccl_device, self.rule_zero):
+            for rule in (self.rule_loader, self.rule_collective_branch, self.rule_set_epoch,
+                         self.rule_padded_eval, self.rule_saves, self.rule_load, self.rule_no_sync,
+                         self.rule_fp16, self.rule_batchnorm, self.rule_module_call,
+                         self.rule_port, self.rule_nccl_device, self.rule_zero):
                 rule()
         return self.findings
 
@@ -372,7 +381,8 @@ class Checker:
             if not (name == "DataLoader" or name.endswith("_loader")):
                 continue
             shuffle = keyword(call, "shuffle")
-            if shuffle is None or is_false(shuffle) or keyword(call, "sampler") or keyword(call, "batch_sampler"):
+            if shuffle is None or is_false(shuffle) or keyword(call, "sampler") \
+                    or keyword(call, "batch_sampler"):
                 continue
             if keyword(call, "generator") is not None:
                 continue  # an order of its own, chosen on purpose (a reference run every rank repeats)
@@ -397,7 +407,8 @@ class Checker:
             for ancestor in self.ancestors(call):
                 if isinstance(ancestor, ast.If) and self.is_rank_test(ancestor.test, tainted=tainted):
                     other = ancestor.orelse if child in ancestor.body else ancestor.body
-                    if not any(isinstance(n, ast.Call) and last(n) == name for s in other for n in ast.walk(s)):
+                    if not any(isinstance(n, ast.Call) and last(n) == name
+                               for s in other for n in ast.walk(s)):
                         self.add("DDP020", call, f"{name}() runs only on the ranks where "
                                  f"`{ast.unparse(ancestor.test)}` holds: the other ranks never call it, "
                                  "and the ranks that do wait for them")
@@ -429,7 +440,8 @@ class Checker:
             if len(call.args) >= 4:
                 shuffle = call.args[3]
             drop_last = keyword(call, "drop_last")
-            if shuffle is None or not is_false(shuffle) or (drop_last is not None and not is_false(drop_last)):
+            if shuffle is None or not is_false(shuffle) \
+                    or (drop_last is not None and not is_false(drop_last)):
                 continue
             assign = self.parents.get(call)
             if not (isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Name)):
@@ -454,7 +466,8 @@ class Checker:
             if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name) \
                     and node.iter.id == loader and self.in_no_grad(node.iter):
                 return True
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions \
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in self.functions \
                     and any(isinstance(a, ast.Name) and a.id == loader for a in node.args):
                 function = self.functions[node.func.id]
                 if any(last(d) in NO_GRAD for d in function.decorator_list):
@@ -470,11 +483,13 @@ class Checker:
         for node in ast.walk(scope):
             if isinstance(node, ast.Assign) and node.lineno < save.lineno and any(
                     isinstance(t, ast.Name) and t.id in names for t in node.targets):
-                found += [c for c in ast.walk(node.value) if isinstance(c, ast.Call) and last(c) == "state_dict"]
+                found += [c for c in ast.walk(node.value)
+                          if isinstance(c, ast.Call) and last(c) == "state_dict"]
         return found
 
     def rule_saves(self):
-        sharded = bool({"fully_shard", "FullyShardedDataParallel", "FSDP", "FSDPModule", "DTensor"} & self.names) \
+        shard_names = {"fully_shard", "FullyShardedDataParallel", "FSDP", "FSDPModule", "DTensor"}
+        sharded = bool(shard_names & self.names) \
             or any("fsdp" in module for module in self.modules)
         for call in self.calls:
             name = dotted(call.func)
@@ -485,16 +500,17 @@ class Checker:
                 owner = state.func.value if isinstance(state.func, ast.Attribute) else None
                 kinds = self.kinds_of(owner, call.lineno)
                 if "compile" in kinds:
-                    self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its state_dict()'s "
-                             "keys start with '_orig_mod.'; save the model inside it")
+                    self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
+                             "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
                 elif "ddp" in kinds:
-                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its state_dict()'s keys "
-                             f"start with 'module.'; save {ast.unparse(owner)}.module.state_dict()")
+                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its "
+                             "state_dict()'s keys start with 'module.'; save "
+                             f"{ast.unparse(owner)}.module.state_dict()")
             if name not in ("torch.save", "save") or not states:
                 continue
             if sharded:
-                self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes its own "
-                         "shards; use torch.distributed.checkpoint (dcp.save)")
+                self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes "
+                         "its own shards; use torch.distributed.checkpoint (dcp.save)")
             elif not self.guarded(call):
                 self.add("DDP040", call, "torch.save runs on every rank: N processes write the same file; "
                          "save on rank 0 alone (if rank == 0:), then dist.barrier()")
@@ -503,8 +519,8 @@ class Checker:
         for call in self.calls:
             if dotted(call.func) == "torch.load" and len(call.args) < 2 \
                     and keyword(call, "map_location") is None and not self.guarded(call):
-                self.add("DDP042", call, "torch.load without map_location: tensors go back to the device that "
-                         "saved them (on GPUs, one GPU for every rank); pass map_location=device")
+                self.add("DDP042", call, "torch.load without map_location: tensors go back to the device "
+                         "that saved them (on GPUs, one GPU for every rank); pass map_location=device")
 
     def rule_no_sync(self):
         if "no_sync" in self.attrs or "require_backward_grad_sync" in self.attrs or "ddp" not in {
@@ -557,10 +573,11 @@ class Checker:
             dtype = keyword(call, "dtype")
             device = call.args[0] if call.args else keyword(call, "device_type")
             cuda_default = dtype is None and (name.endswith("cuda.amp.autocast")
-                                              or (isinstance(device, ast.Constant) and device.value == "cuda"))
+                                              or (isinstance(device, ast.Constant)
+                                                  and device.value == "cuda"))
             if cuda_default or self.resolves_to_fp16(dtype):
-                self.add("DDP060", call, "autocast in float16 and no GradScaler: gradients below 6e-8 become 0; "
-                         "scale the loss with torch.amp.GradScaler, or use dtype=torch.bfloat16")
+                self.add("DDP060", call, "autocast in float16 and no GradScaler: gradients below 6e-8 "
+                         "become 0; scale the loss with torch.amp.GradScaler, or use dtype=torch.bfloat16")
 
     def rule_batchnorm(self):
         wrapped = any(last(c) in ("DistributedDataParallel", "DDP") for c in self.calls)
@@ -569,9 +586,10 @@ class Checker:
             return
         for call in self.calls:
             if re.fullmatch(r"BatchNorm[123]d", last(call)):
-                self.add("DDP070", call, f"warning: {last(call)} in a DDP model without SyncBatchNorm: each rank "
-                         "normalizes with its own batch's statistics; nn.SyncBatchNorm.convert_sync_batchnorm(model) "
-                         "before DDP, if that is not what you mean")
+                self.add("DDP070", call, f"warning: {last(call)} in a DDP model without SyncBatchNorm: "
+                         "each rank normalizes with its own batch's statistics; "
+                         "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
+                         "you mean")
 
     def rule_module_call(self):
         for call in self.calls:
@@ -594,10 +612,12 @@ class Checker:
     def rule_port(self):
         for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "MASTER_PORT"
-                    for t in node.targets) and self.constant_port(node.value):
-                self.add("DDP130", node, "MASTER_PORT set to a fixed number: a second job on this node fails "
-                         "with 'address already in use'; leave it to the launcher or derive it from the job id")
+                    isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
+                    and t.slice.value == "MASTER_PORT" for t in node.targets) \
+                    and self.constant_port(node.value):
+                self.add("DDP130", node, "MASTER_PORT set to a fixed number: a second job on this node "
+                         "fails with 'address already in use'; leave it to the launcher or derive it from "
+                         "the job id")
             if isinstance(node, ast.Call) and last(node) == "setdefault" and len(node.args) == 2 \
                     and isinstance(node.args[0], ast.Constant) and node.args[0].value == "MASTER_PORT" \
                     and self.constant_port(node.args[1]):
@@ -618,9 +638,11 @@ class Checker:
             if backend is None or not any(isinstance(n, ast.Constant) and "nccl" in str(n.value)
                                           for n in ast.walk(backend)):
                 continue
-            if not any(line < call.lineno and scope in (self.function_of(call), self.tree) for line, scope in set_at):
-                self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device before it: "
-                         "NCCL may start every rank on GPU 0; call torch.cuda.set_device(local_rank) first")
+            scopes = (self.function_of(call), self.tree)
+            if not any(line < call.lineno and scope in scopes for line, scope in set_at):
+                self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device before "
+                         "it: NCCL may start every rank on GPU 0; call torch.cuda.set_device(local_rank) "
+                         "first")
 
     def rule_zero(self):
         if "consolidate_state_dict" in self.attrs:
@@ -776,7 +798,7 @@ def launch_info(env):
 
 def first_host(nodelist):
     """The first host of a Slurm node list: 'node[07-09,12],gpu3' -> 'node07'."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]-,]+))?", nodelist)
+    match = re.match(r"([^,\[]+)(?:\[([^\],-]+))?", nodelist)
     return match.group(1) + (match.group(2) or "") if match else nodelist
 
 
@@ -794,8 +816,8 @@ def rendezvous(env, launcher, world, local_world):
                                  "MASTER_ADDR=<first node> (mpiexec: -x MASTER_ADDR with Open MPI)")
     port = env.get("MASTER_PORT")
     if port is None:  # a port of this launch: the job id and the launcher's launch id
-        key = "|".join(env.get(v, "") for v in ("SLURM_JOB_ID", "PBS_JOBID", "SLURM_STEP_ID", "PMIX_NAMESPACE",
-                                                 "PALS_APID"))
+        names = ("SLURM_JOB_ID", "PBS_JOBID", "SLURM_STEP_ID", "PMIX_NAMESPACE", "PALS_APID")
+        key = "|".join(env.get(name, "") for name in names)
         if not key.strip("|") and local_world == world:
             key = f"ppid {os.getppid()}"  # one node: MPICH's proxy is every rank's parent
         if not key.strip("|"):
@@ -812,8 +834,9 @@ def shared_gpus(reports):
     by_gpu = {}
     for report in reports:
         by_gpu.setdefault((report["host"], report["gpu"]), []).append(report)
-    return [f"ranks {' and '.join(str(r['rank']) for r in sharing)} on {host} share one GPU ({gpu}) under nccl: "
-            "start at most one process per GPU (--nproc_per_node, -n, --ntasks-per-node), or check "
+    return [f"ranks {' and '.join(str(r['rank']) for r in sharing)} on {host} share one GPU ({gpu}) "
+            "under nccl: start at most one process per GPU (--nproc_per_node, -n, --ntasks-per-node), "
+            "or check "
             "CUDA_VISIBLE_DEVICES" for (host, gpu), sharing in by_gpu.items() if len(sharing) > 1]
 
 
@@ -877,7 +900,7 @@ def preflight(args):
         dist.all_gather_object(everyone, me)  # over gloo: the reports, whatever the backend
     except Exception as error:  # noqa: BLE001 - a store or connection failure, said in one line
         print(f"preflight: FAIL on rank {rank} ({host}): could not reach rank 0 at {addr}:{port} within "
-              f"{args.timeout:g} s ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+              f"{args.timeout:g} s ({type(error).__name__}: {(str(error).splitlines() or [''])[0]})",
               file=sys.stderr, flush=True)
         return 1
     # 3. What the ranks say: one world size, one launcher, every rank once, no GPU twice.
@@ -950,7 +973,8 @@ def preflight(args):
 
 # ------------------------------------------------------------------------------ main
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", metavar="SCRIPT", help="the training scripts to check")
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="text: one line per finding (default); json: for tools")
@@ -966,7 +990,8 @@ def parse_args(argv=None):
                         "bandwidth, in MiB (default: %(default)s)")
     args = parser.parse_args(argv)
     if not (args.paths or args.explain or args.list or args.preflight):
-        parser.error("give the scripts to check (check_ddp.py train.py), --explain CODE, --list, or --preflight")
+        parser.error("give the scripts to check (check_ddp.py train.py), --explain CODE, --list, "
+                     "or --preflight")
     if args.timeout <= 0 or args.megabytes <= 0:
         parser.error("--timeout and --megabytes must be above 0")
     return args

@@ -25,7 +25,7 @@ def main(dataset, epochs, accumulation):
     model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).cuda()  # expect: DDP070
     model = DDP(model, device_ids=[local_rank])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(epochs):
+    for _epoch in range(epochs):
         for step, (x, y) in enumerate(DataLoader(dataset, sampler=sampler)):
             with torch.autocast("cuda"):  # expect: DDP060
                 loss = nn.functional.mse_loss(model(x), y) / accumulation
@@ -43,7 +43,7 @@ def main(dataset, epochs, accumulation):
         model.module.load_state_dict(state)
         outputs = model.module(x)  # expect: DDP110
         outputs.sum().backward()
-    del quiet
+    del quiet, loader
 
 
 if __name__ == "__main__":
