@@ -4,7 +4,9 @@
 #   make test         set up everything the tests need, then run the whole suite
 # make test-gpu     the GPU lane (tests/test_gpu.py): every chapter under nccl as one rank, the
 #                   multi-rank pitfalls as 2 ranks sharing the GPUs (--backend gloo-cuda), and
-#                   nccl on all GPUs where there are 2+; skipped, with the reason, without CUDA
+#                   nccl on all GPUs where there are 2+; skipped, with the reason, without CUDA;
+#                   in parallel (pytest-xdist): 3 test processes per 4 CPU cores, printed
+#                   (16 cores: -n 12); GPU_LANE_WORKERS=N chooses another number
 # make mpi: an MPI from PyPI in .venv (MPICH: its libmpi and mpiexec) for .venv's mpi4py, so that
 # the README's `mpiexec -n 4 python ...` runs after `source .venv/bin/activate`. On a cluster
 # use the site's MPI instead (docs/launchers.md).
@@ -47,8 +49,12 @@ test: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 test-quick: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 	$(BIN)/python -m pytest -m quick
 
+# Each test launches 1 to 4 ranks (plus their loader workers) and waits on them: 3 tests per
+# 4 cores kept the H200's 16 cores busy without a launch timing out (-n 12, 2026-11-26).
 test-gpu: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest -m gpu -rs
+	@cores=$$(nproc); workers=$${GPU_LANE_WORKERS:-$$(( cores * 3 / 4 > 1 ? cores * 3 / 4 : 1 ))}; \
+	echo "make test-gpu: $$cores CPU cores -> pytest -n $$workers (GPU_LANE_WORKERS=N to change it)"; \
+	$(BIN)/python -m pytest -m gpu -rs -n $$workers
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

@@ -81,7 +81,9 @@ def main() -> None:
     model = nn.Linear(1, 1, bias=False).to(ctx.device)
     ddp = nn.parallel.DistributedDataParallel(
         model, process_group=dp_group, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    ddp(torch.full((1, 1), float(ctx.rank), device=ctx.device)).sum().backward()
+    # (.mean() of the one output: the same gradient as .sum(), and on a GPU its backward
+    # starts with a plain kernel, not cuBLAS, which would warn "no current CUDA context")
+    ddp(torch.full((1, 1), float(ctx.rank), device=ctx.device)).mean().backward()
     grad = model.weight.grad.item()  # the mean of the rank numbers in this rank's dp group
     # --8<-- [end:dp]
     facts: list = [None] * ctx.world_size
