@@ -429,12 +429,12 @@ def test_a_clicked_tab_stays_on_its_page(server, browser):
         page = context.new_page()
         page.goto(server.url + "chapters/01_data_parallel_ddp/", wait_until="load")
         outputs = page.locator(".tabbed-set").filter(has=page.get_by_text("Good", exact=True)).first
-        outputs.locator(".tabbed-labels > label").get_by_text("Good", exact=True).click()
-        assert outputs.locator(".tabbed-content > .tabbed-block").nth(1).is_visible()
+        outputs.locator(":scope > .tabbed-labels > label").get_by_text("Good", exact=True).click()
+        assert outputs.locator(":scope > .tabbed-content > .tabbed-block").nth(1).is_visible()
         page.goto(server.url + "chapters/02_collectives/", wait_until="load")
         outputs = page.locator(".tabbed-set").filter(has=page.get_by_text("Good", exact=True)).first
-        assert outputs.locator(".tabbed-labels > label").first.inner_text() == "Bad"
-        assert outputs.locator(".tabbed-content > .tabbed-block").first.is_visible(), (
+        assert outputs.locator(":scope > .tabbed-labels > label").first.inner_text() == "Bad"
+        assert outputs.locator(":scope > .tabbed-content > .tabbed-block").first.is_visible(), (
             "chapter 02 opened on the tab clicked in chapter 01 (content.tabs.link?)")
     finally:
         context.close()
