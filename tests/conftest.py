@@ -366,7 +366,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 # `make test-quick` (pytest -m quick): the tests that launch nothing, and one launch of each
 # chapter's pitfall, for the inner loop. `make test` runs everything, quick ones included.
-QUICK_FILES = {"test_distributed_setup.py", "test_captured_outputs.py", "test_harness.py"}
+QUICK_FILES = {"test_distributed_setup.py", "test_captured_outputs.py", "test_harness.py",
+               "test_gpu_outputs.py"}
 # ... but not these of QUICK_FILES: they wait out a timeout on purpose (about 28 s together).
 NOT_QUICK = {
     "test_distributed_setup.py::test_two_launches_on_one_port_end_within_the_timeout",
