@@ -722,7 +722,7 @@ def explain(code):
     """The rule's section of docs/check.md if it is next to this file; its summary if not."""
     rule = RULES.get(code.upper())
     if rule is None:
-        sys.exit(f"check_ddp: no rule {code!r}; the rules: {', '.join(RULES)}")
+        return None
     page = Path(__file__).resolve().parents[2] / PAGE
     if page.exists():
         section = re.search(rf"^## {rule.code}\b.*?(?=^## |\Z)", page.read_text(), re.M | re.S)
@@ -1004,7 +1004,11 @@ def main(argv=None):
             print(f"{rule.code}  chapter {rule.chapter}  {rule.title}")
         return 0
     if args.explain:
-        print(explain(args.explain))
+        text = explain(args.explain)
+        if text is None:
+            print(f"check_ddp: no rule {args.explain!r}; the rules: {', '.join(RULES)}", file=sys.stderr)
+            return 2
+        print(text)
         return 0
     if args.preflight:
         return preflight(args)
