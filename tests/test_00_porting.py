@@ -7,14 +7,21 @@ none of them importing anything from this repository.
 - train_ddp.py under torchrun, watched from outside (tests/observe for the writes, and a
   sampler observer written here): one checkpoint, written by rank 0 alone, with no
   `module.` prefix, that loads into the plain model; each rank draws its own half of the
-  data, in a new order every epoch.
+  data, in a new order every epoch; the gloo group is gone when the script leaves it (its
+  threads end in destroy_process_group, not at exit after the other rank has gone).
 - Bad flags: exit 2 with a message, no traceback.
 - A launch torchrun did not set up: WORLD_SIZE without MASTER_ADDR/MASTER_PORT, and mpiexec
-  -n 2 or srun -n 2 starting the script itself: one message each, exit 1, no checkpoint.
-- slurm_job.sh under the test cluster's sbatch; pbs_job.sh through Slurm's qsub, and on two
-  simulated nodes (network namespaces, each with its own host name; the node file lists
-  other names of the nodes than `hostname` says, as on HPE/Cray), mpiexec starting one
-  torchrun per node.
+  -n 2 or srun -n 2 starting the script itself: one message each, exit 1, no checkpoint. A
+  Slurm batch script with --ntasks=2 but no job step runs one process, which trains alone.
+- More processes on a node than it has GPUs (GPUs faked by a sitecustomize): a message with
+  the ways out, exit 1, before set_device.
+- slurm_job.sh under the test cluster's sbatch (torchrun told that it hosts the rendezvous);
+  pbs_job.sh through Slurm's qsub (its #PBS lines, place=scatter included; a faked GPU
+  count: as many processes as GPUs), and on two simulated nodes (network namespaces, each
+  with its own host name; the node file lists other names of the nodes than `hostname`
+  says, as on HPE/Cray), mpiexec starting one torchrun per node. Under bash with stand-ins:
+  two chunks on one node stop the job; each MPI's launch line binds no CPU (and Open MPI's
+  mpiexec, for real, binds one core without --bind-to none).
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ from test_13_multinode_and_hpc import (  # the two simulated nodes with HPE/Cray
 
 FOLDER = REPO / "scripts" / "00_porting"
 TRAIN_DDP = "scripts/00_porting/train_ddp.py"
-# How far the DDP run's final loss may be from the single run's: the two shuffle the data
-# with different generators (DataLoader's vs DistributedSampler's), so they see other batches.
+# How far the DDP run's final loss may be from the single run's: they shuffle differently (the
+# DataLoader draws its workers' base seed from its generator before the shuffle; the
+# DistributedSampler seeds a generator with seed + epoch), so they see other batches.
 LOSS_TOLERANCE = 0.15  # relative
 
 
@@ -135,6 +143,30 @@ def _observed(self):
 
 
 _distributed.DistributedSampler.__iter__ = _observed
+
+# The threads of this process before init_process_group and after destroy_process_group.
+import torch.distributed as _dist
+
+_init, _destroy = _dist.init_process_group, _dist.destroy_process_group
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def _observed_init(*args, **kwargs):
+    _observed_init.before = _threads()
+    return _init(*args, **kwargs)
+
+
+def _observed_destroy(*args, **kwargs):
+    rank = _dist.get_rank()
+    _destroy(*args, **kwargs)
+    with open(os.path.join({str(samples)!r}, f"threads{{rank}}.txt"), "w") as file:
+        file.write(f"{{_observed_init.before}} {{_threads()}}")
+
+
+_dist.init_process_group, _dist.destroy_process_group = _observed_init, _observed_destroy
 """)
     env["PYTHONPATH"] = str(site)
     return env, tmp_path
@@ -162,6 +194,12 @@ def test_torchrun_saves_one_plain_checkpoint_from_rank_0_and_reshuffles(sampler_
         shards = [set(orders[r][epoch]) for r in range(2)]
         assert len(shards[0]) == len(shards[1]) == 1024 and not shards[0] & shards[1]
     assert orders[0][0] != orders[0][1] != orders[0][2], "the same order every epoch: no set_epoch?"
+    # The group is freed where the script leaves it: the gloo threads are gone after
+    # destroy_process_group (left to the exit, they were torn down after the other rank had
+    # gone, which aborted rank 1 now and then).
+    for r in range(2):
+        before, after = map(int, (tmp_path / "samples" / f"threads{r}.txt").read_text().split())
+        assert after <= before, f"rank {r}: {before} threads before init_process_group, {after} after destroy"
 
 
 def test_bad_flags_exit_2_with_a_message(capsys, tmp_path):
@@ -203,11 +241,49 @@ def test_a_launch_torchrun_did_not_set_up_exits_1_with_a_message(tmp_path):
                      env=clean_env(**extra), cwd=tmp_path, timeout=30)
         assert result.returncode == 1 and message in result.output, (extra, result.output)
         assert "Traceback" not in result.output and not checkpoint.exists(), (extra, result.output)
-    # The real thing: Open MPI's mpiexec -n 2, without torchrun.
-    result = run(["mpiexec", "-n", "2", sys.executable, REPO / TRAIN_DDP, "--checkpoint", checkpoint],
-                 env=mpi_env("openmpi"), cwd=tmp_path, timeout=60)
-    assert result.returncode != 0 and result.output.count(COPIES) == 2, result.output
+    # The real thing: Open MPI's mpiexec -n 2, without torchrun. Each copy's exit code is
+    # printed by a shell around it, so Open MPI ends no copy early (it ends the others once
+    # one process fails, in no set order).
+    each = (f"{sys.executable} {REPO / TRAIN_DDP} --checkpoint {checkpoint}; "
+            'echo "copy $OMPI_COMM_WORLD_RANK exit $?"')
+    result = run(["mpiexec", "-n", "2", "bash", "-c", each], env=mpi_env("openmpi"), cwd=tmp_path, timeout=60)
+    assert "copy 0 exit 1" in result.output and "copy 1 exit 1" in result.output, result.output
+    assert result.output.count(COPIES) == 2, result.output
     assert "summary:" not in result.output and not checkpoint.exists(), result.output
+
+
+def fake_gpus(tmp_path: Path, count: int) -> dict[str, str]:
+    """An environment in which torch.cuda answers as on a node with `count` GPUs (a
+    sitecustomize on PYTHONPATH, read by every Python process: torchrun's workers too)."""
+    site = tmp_path / "fake_gpus"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"""\
+import torch
+
+torch.cuda.is_available = lambda: {count} > 0
+torch.cuda.device_count = lambda: {count}
+""")
+    return clean_env(PYTHONPATH=str(site))
+
+
+GPU_SHORTAGE = ("2 processes on this node, but it has 1 GPU(s): start one process per GPU "
+                "(torchrun --nproc_per_node=1), or train on the CPUs with gloo: hide the GPUs with "
+                "CUDA_VISIBLE_DEVICES= in front of the command")
+
+
+def test_more_processes_than_gpus_stop_before_set_device(tmp_path):
+    """torchrun --nproc_per_node=2 on a one-GPU workstation: set_device(1) ended in 'CUDA error:
+    invalid device ordinal' (the H200 recording). Now each process says what happened and the
+    ways out, and exits 1 before it touches a GPU."""
+    env = fake_gpus(tmp_path, 1)
+    alone = run([sys.executable, REPO / TRAIN_DDP], env={**env, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+                cwd=tmp_path, timeout=60)
+    assert alone.returncode == 1 and GPU_SHORTAGE in alone.output, alone.output
+    assert "Traceback" not in alone.output, alone.output
+    result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2", REPO / TRAIN_DDP],
+                 env=env, cwd=tmp_path, timeout=120)
+    assert result.returncode == 1 and GPU_SHORTAGE in result.output, result.output
+    assert "set_device" not in result.output and "summary:" not in result.output, result.output
 
 
 # --------------------------------------------------------------------------- the templates

@@ -6,6 +6,7 @@ It is train_single.py with the lines DDP changes: diff -u train_single.py train_
 Run it (--batch-size is per process: 2 x 16 samples per step, as train_single.py's 32):
     python scripts/00_porting/train_ddp.py
     torchrun --standalone --nproc_per_node=2 scripts/00_porting/train_ddp.py --batch-size 16
+    CUDA_VISIBLE_DEVICES= torchrun ...   (on a machine with GPUs: CPU processes with gloo)
     torchrun --nnodes=2 --nproc_per_node=4 --rdzv-backend=c10d --rdzv-endpoint=node0:29400 \
         --rdzv-id=myjob scripts/00_porting/train_ddp.py     (on each of the two nodes)
     sbatch scripts/00_porting/slurm_job.sh   /   qsub scripts/00_porting/pbs_job.sh
@@ -18,6 +19,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - imported before the group exists: see step 6
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -76,7 +78,8 @@ def make_model():
 
 
 def check_launch():
-    """Exit 1 with a message for a launch that would hang, or train N copies each alone."""
+    """Exit 1 with a message for a launch that would hang, train N copies each alone, or start
+    more processes on a node than it has GPUs."""
     if "WORLD_SIZE" not in os.environ:  # no torchrun: did mpiexec or srun start several copies?
         size = os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or (
             os.environ.get("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None)
@@ -86,6 +89,12 @@ def check_launch():
     elif int(os.environ["WORLD_SIZE"]) > 1 and not {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys():
         sys.exit("WORLD_SIZE > 1 without MASTER_ADDR and MASTER_PORT: launch with torchrun "
                  "(torchrun --nproc_per_node=N train_ddp.py), which sets them")
+    processes = max(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)) + 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if 0 < gpus < processes:  # set_device would fail with "invalid device ordinal"
+        sys.exit(f"{processes} processes on this node, but it has {gpus} GPU(s): start one process per "
+                 f"GPU (torchrun --nproc_per_node={gpus}), or train on the CPUs with gloo: hide the "
+                 "GPUs with CUDA_VISIBLE_DEVICES= in front of the command")
 
 
 def main():
@@ -101,6 +110,7 @@ def main():
     backend = "nccl" if device.type == "cuda" else "gloo"
     store = None if world_size > 1 else dist.HashStore()  # no launcher: a group of one, no address
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            device_id=device if device.type == "cuda" else None,  # this rank's GPU
                             timeout=datetime.timedelta(minutes=5))  # a lost rank: an error, no hang
     # 2. The data: a loader that shuffles every epoch.
     torch.manual_seed(args.seed)
@@ -133,8 +143,9 @@ def main():
         torch.save(model.module.state_dict(), args.checkpoint)
         print(f"summary: world_size={world_size} device={device.type} epochs={args.epochs} "
               f"final_loss={epoch_loss:.4f} checkpoint={args.checkpoint} backend={backend}", flush=True)
-    # 6. Leave the group together. DDP holds the group: release it first, or gloo tears it
-    # down at exit, after another rank has gone, and the process can abort.
+    # 6. Leave the group together, and free it here: gloo torn down at exit, after another rank
+    # has gone, can abort the process. DDP holds the group, so delete it first. (So does
+    # torch.distributed.nn, imported by the first DDP, unless it was imported before the group.)
     del model
     dist.barrier()  # every rank waits for rank 0's save
     dist.destroy_process_group()
