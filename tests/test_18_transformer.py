@@ -26,7 +26,7 @@ def runs(result) -> list[tuple[str, dict[str, str]]]:
 def tokens_per_rank(output: str) -> list[list[int]]:
     line = re.search(r"^step 1: tokens per rank (.*) \(global (\d+)\)$", output, flags=re.M)
     assert line, output
-    counts = [[int(x) for x in rank.split(",")] for rank in line.group(1).split(" | ")]
+    counts = [[int(x) for x in rank.split()] for rank in line.group(1).split(" | ")]
     assert sum(map(sum, counts)) == int(line.group(2))
     return counts
 

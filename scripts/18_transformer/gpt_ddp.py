@@ -184,7 +184,7 @@ def main() -> None:
             mine = torch.stack([(corpus.targets[r] != -100).sum() for r in micro_batches]).to(ctx.device)
             per_rank = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
             dist.all_gather(per_rank, mine)  # each rank's token count (per micro-batch)
-            print0("step 1: tokens per rank " + " | ".join(",".join(map(str, c.tolist())) for c in per_rank)
+            print0("step 1: tokens per rank " + " | ".join(" ".join(map(str, c.tolist())) for c in per_rank)
                    + f" (global {sum(c.sum().item() for c in per_rank)})")
             print0(f"step 1: gradient against one process on the same {len(rows)} sequences: "
                    f"max relative difference {grad_diff:.1e}")
