@@ -48,7 +48,7 @@ GPU_OUTPUTS = OUTPUTS / "gpu"
 HEADER_FIELDS = {
     "gpu": r"^(?P<card>.+) \((?P<memory>[\d,]+) MiB\), driver (?P<driver>\d[\w.]*)$",
     "software": r"^torch (?P<torch>\d[\w.+]*), CUDA (?P<cuda>\d[\d.]*), NCCL (?P<nccl>\d[\d.]*)$",
-    "ranks": r"^(?P<ranks>\d+) ranks? (?P<how>.*(?:nccl|gloo-cuda).*)$",  # the backend named
+    "ranks": r"^(?P<ranks>\d+) ranks?,? (?P<how>.*(?:nccl|gloo-cuda).*)$",  # the backend named
     "recorded": r"^(?P<date>\d{4}-\d\d-\d\d), repository at commit (?P<commit>[0-9a-f]{7,40})"
                 r"(?P<dirty>\+local changes)?, exit code (?P<exit>-?\d+)$",
 }
@@ -228,7 +228,8 @@ def commit() -> str:
 
 def main(args: list[str]) -> int:
     """Record docs/outputs/gpu/ again on this machine's GPUs: every file there (or those whose
-    names start with the given prefixes); --all adds every CPU capture that has none yet."""
+    names start with the given prefixes); --all adds every CPU capture that has none yet. Each
+    runs the CPU capture's command where there is one (GPU_COMMANDS, else its own, where not)."""
     machine = this_machine()
     prefixes = tuple(a for a in args if not a.startswith("--")) or ("",)
     names = {p.name for p in GPU_OUTPUTS.glob("*.txt")} | set(GPU_COMMANDS)
@@ -238,7 +239,8 @@ def main(args: list[str]) -> int:
     failed = []
     for name in sorted(n for n in names if n.startswith(prefixes)):
         path = GPU_OUTPUTS / name
-        command = GPU_COMMANDS.get(name) or read(path if path.exists() else OUTPUTS / name)[0]
+        # the page's command where the CPU capture has one, so that both tabs show one command
+        command = GPU_COMMANDS.get(name) or read(OUTPUTS / name if (OUTPUTS / name).exists() else path)[0]
         env, words = sharing(command, machine.gpus, as_written=name in AS_WRITTEN)
         print(f"$ {command}\n  ({words})", flush=True)
         try:
@@ -249,7 +251,8 @@ def main(args: list[str]) -> int:
             continue
         date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
         path.write_text(f"$ {command}\n{header(machine, words, date, commit(), code)}\n{output}\n")
-        print(f"  exit code {code}: wrote {path.relative_to(REPO)}", flush=True)
+        print(f"  exit code {code}: wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}",
+              flush=True)
     if failed:
         print(f"not recorded (timed out): {', '.join(failed)}", flush=True)
     return 1 if failed else 0

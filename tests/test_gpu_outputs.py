@@ -150,3 +150,55 @@ def test_recording_again_without_cuda_stops_with_a_message():
     assert result.returncode == 2, result.stdout + result.stderr
     assert "needs NVIDIA GPUs" in result.stderr and "make outputs" in result.stderr, result.stderr
     assert {p.name: p.read_text() for p in sorted(GPU_OUTPUTS.glob("*.txt"))} == before  # nothing written
+
+
+def test_recording_again_runs_each_page_command_under_the_backend_that_fits(tmp_path, monkeypatch):
+    """make outputs-gpu on a made-up machine (its GPUs and runs faked): the page's command for
+    each file, nccl where the ranks fit on the GPUs and the shared mode where not, the header
+    read back as the copied recordings' is; a timed-out run leaves its file as it was."""
+    import gpu_outputs
+
+    names = ["06_amp_bad.txt", "05_accumulation_single.txt", "01_two_ranks_one_gpu.txt",
+             "03_set_epoch_bad.txt", "12_gpu_ceiling.txt"]
+    ran: dict[str, dict[str, str]] = {}
+
+    def run_command(command: str, timeout: float = 300, env_extra=None) -> tuple[int, str]:
+        if "set_epoch" in command and "timeout" in names:
+            raise RuntimeError(f"timed out after {timeout} s: {command}")
+        ran[command] = env_extra or {}
+        return 0, "fresh output"
+
+    def record(gpus: int) -> dict[str, tuple[str, dict[str, str], str]]:
+        folder = tmp_path / f"gpus{gpus}"
+        folder.mkdir()
+        for name in names[:5]:
+            (folder / name).write_text((GPU_OUTPUTS / name).read_text())
+        monkeypatch.setattr(gpu_outputs, "GPU_OUTPUTS", folder)
+        monkeypatch.setattr(gpu_outputs, "GPU_COMMANDS",
+                            {n: GPU_COMMANDS[n] for n in names if n in GPU_COMMANDS})
+        monkeypatch.setattr(gpu_outputs, "this_machine", lambda: Machine(
+            "NVIDIA H100 80GB HBM3", 81559, "550.54.15", "2.14.1+cu130", "13.0", "2.27.3", gpus))
+        monkeypatch.setattr(gpu_outputs, "run_command", run_command)
+        ran.clear()
+        code = gpu_outputs.main([])
+        assert code == (1 if "timeout" in names else 0)
+        return {name: read_gpu(folder / name) for name in names[:5]}
+
+    one = record(gpus=1)
+    page_command = read(OUTPUTS / "06_amp_bad.txt")[0]
+    assert one["06_amp_bad.txt"][0] == page_command and ran[page_command] == {"DDP_BACKEND": "gloo-cuda"}
+    assert "share 1 GPU" in one["06_amp_bad.txt"][1]["how"]
+    assert one["06_amp_bad.txt"][1]["card"] == "NVIDIA H100 80GB HBM3"
+    assert one["06_amp_bad.txt"][2] == "fresh output"
+    # the page's command, not the one the H200's test lane ran
+    assert one["03_set_epoch_bad.txt"][0] == read(OUTPUTS / "03_set_epoch_bad.txt")[0]
+    assert ran[read(OUTPUTS / "05_accumulation_single.txt")[0]] == {}  # one process: the scripts' nccl
+    assert ran[one["01_two_ranks_one_gpu.txt"][0]] == {}  # what a reader types: never the shared mode
+    assert one["12_gpu_ceiling.txt"][0] == "python tests/gpu_ceiling.py"
+    two = record(gpus=2)
+    assert ran[page_command] == {} and two["06_amp_bad.txt"][1]["how"] == "one GPU each, under nccl"
+    names.append("timeout")
+    before = (GPU_OUTPUTS / "03_set_epoch_bad.txt").read_text()
+    kept = record(gpus=4)
+    assert kept["03_set_epoch_bad.txt"][2] == read_gpu(GPU_OUTPUTS / "03_set_epoch_bad.txt")[2]
+    assert (GPU_OUTPUTS / "03_set_epoch_bad.txt").read_text() == before
