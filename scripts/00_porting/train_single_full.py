@@ -77,7 +77,7 @@ def parse_args(argv=None):
                         help="saved after every epoch; --resume goes on from it")
     parser.add_argument("--resume", action="store_true", help="go on from --checkpoint if it exists")
     parser.add_argument("--stop-after-epoch", type=whole_number(1), metavar="E",
-                        help="stop after this epoch, as a job that runs out of time")
+                        help="stop after E epochs, as a job that runs out of time")
     return parser.parse_args(argv)
 
 
