@@ -24,8 +24,9 @@ The others must be given CPU tensors, so this module routes them through the CPU
 - ``all_reduce_coalesced``: CPU tensors only (a RuntimeError, "unsupported device type").
 
 ``gather_through_cpu()`` gathers a state_dict of DTensor shards (FSDP2's) the CPU way: each
-shard is copied to the CPU, wrapped again as a DTensor of a CPU mesh of the same ranks, and
-gathered there with the same DTensor call, over gloo on host memory.
+shard is copied to the CPU, wrapped again as a DTensor of the same mesh and process groups
+declared for CPU tensors, and gathered there with the same DTensor call, over gloo on host
+memory.
 """
 
 from __future__ import annotations
@@ -75,8 +76,13 @@ def collective_device(backend: str, device: torch.device, op: str) -> torch.devi
 
 
 def _cpu_mesh(mesh: DeviceMesh) -> DeviceMesh:
-    """A CPU mesh of the same ranks, in the same layout (collective: every rank calls it)."""
-    return DeviceMesh("cpu", mesh.mesh, mesh_dim_names=mesh.mesh_dim_names)
+    """The same mesh (same ranks, same gloo groups, so the same --timeout) for CPU tensors:
+    no new process group is made."""
+    if mesh.ndim == 1:
+        return DeviceMesh.from_group(mesh.get_group(), "cpu", mesh_dim_names=mesh.mesh_dim_names)
+    names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+    return DeviceMesh.from_group([mesh.get_group(i) for i in range(mesh.ndim)], "cpu",
+                                 mesh=mesh.mesh, mesh_dim_names=names)
 
 
 def gather_through_cpu(state: Mapping[str, Any], *, to_all: bool) -> dict[str, Any]:
