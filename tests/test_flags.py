@@ -7,7 +7,8 @@ flags that are wrong together (a data set smaller than one global batch, ...). E
 end in an exit with a non-zero code within a few seconds, with the flag's name in what it
 printed, and no traceback. A flag whose kind the walk does not know (a plain text flag), or a
 value that a script accepts, fails the test: give the flag a type with limits
-(utils/cli.py), or list it below with the reason.
+(utils/cli.py), or list it below with the reason (VALID). A value VALID lists is walked too,
+and must be accepted.
 
 When it was written (issue 27), the walk tried 724 cases on the 37 scripts of then
 (commit 5da3997) and 639 of them failed: the value was accepted (the script went to work, or
@@ -73,7 +74,14 @@ VALID = {
     "--warmup-steps": {"0": "no learning-rate warm-up"},
     "--overlap": {"0": "a share of the all-reduce hidden behind backward: none (on CPUs)"},
     "--gpu-overlap": {"0": "a share of the all-reduce hidden behind backward: none"},
+    # 0 refused on purpose: the first step builds DDP's buckets and is timed unlike the others
+    "dataparallel_vs_ddp.py:--warmup": {},
+    "profile_step.py:--warmup": {},
 }
+# A valid value that the walk's own launch (one process, no launcher) cannot run, and the
+# message the script refuses it with instead ("script.py:flag": message): that message, and
+# no complaint about the value, counts as accepted.
+NEEDS_LAUNCHER = {"train_resilient.py:--lose-node-at-step": "launch the script with torchrun"}
 # Flags that take text and are neither numbers nor paths (none yet): {"flag": "reason"}.
 TEXT_FLAGS: dict[str, str] = {}
 # Flags whose type the walk cannot see from the parser: {"flag": kind}.
@@ -272,11 +280,12 @@ def walk(root: Path, names: list[str]) -> list[dict]:
                               "outcome": "unknown kind: a text flag without a type", "output": "",
                               "seconds": 0})
                 continue
+            valid = VALID.get(f"{Path(name).name}:{flag}", VALID.get(flag, {}))
             for value in BAD_VALUES[kind] + EXTRA_BAD.get(flag, []):
                 value = value.format(**places)
-                if value in VALID.get(f"{Path(name).name}:{flag}", VALID.get(flag, {})):
-                    continue
-                todo.append((flag, kind, [flag, value], flag))
+                # a value the list calls valid must be accepted: walked as such, not skipped
+                todo.append((flag, "valid" if value in valid else kind, [flag, value],
+                             None if value in valid else flag))
         flags = {s for action in parser._actions for s in action.option_strings}
         for pattern, argv, expect, *exempt in COMBINATIONS:
             if Path(name).name in (exempt or [{}])[0]:
@@ -294,7 +303,16 @@ def walk(root: Path, names: list[str]) -> list[dict]:
 
 
 def verdict(case: dict) -> str | None:
-    """None when the case got what a user should see; else what went wrong."""
+    """None when the case got what a user should see; else what went wrong. A value that
+    VALID lists must be accepted (the script went to work, or ran to the end)."""
+    if case["kind"] == "valid":
+        if "Traceback" in case["output"]:
+            return "a valid value: a traceback"
+        launcher = NEEDS_LAUNCHER.get(f"{Path(case['script']).name}:{case['flag']}")
+        if launcher and launcher in case["output"] and "out of range" not in case["output"]:
+            return None
+        return None if case["outcome"].startswith("accepted") else (
+            f"a valid value refused ({case['outcome']} {case['code']}): {case['output'].strip()[-200:]}")
     if case["kind"] is None or not case["outcome"].startswith("exit"):
         return case["outcome"]
     if "Traceback" in case["output"]:
@@ -416,6 +434,20 @@ def test_under_torchrun_a_check_after_setup_prints_once_and_ends_every_rank():
     assert result.count(message) == 1, result.output
     assert result.count("usage: multinode_ddp_basic.py") == 1, result.output
     assert "summary:" not in result.output and "epoch 1/" not in result.output
+
+
+def test_under_torchrun_a_global_batch_that_does_not_split_ends_every_rank_once():
+    """The walk runs at world size 1, where every number divides: here 2 ranks and a global
+    batch of 33 (utils/checks.py check_divisible), after setup_distributed(). Exit 2, the
+    message once (rank 0), no rank trains, no hang."""
+    from conftest import torchrun
+
+    result = torchrun(2, "16_fsdp/fsdp_vs_ddp.py", "--global-batch-size", "33", timeout=120)
+    assert result.returncode != 0 and "exitcode  : 2" in result.output, result.output
+    message = "error: --global-batch-size 33 does not split equally over 2 ranks: give a multiple of 2."
+    assert result.count(message) == 1, result.output
+    assert result.count("usage: fsdp_vs_ddp.py") == 1, result.output
+    assert "summary:" not in result.output and "launcher=torchrun" not in result.output, result.output
 
 
 def _main() -> None:
