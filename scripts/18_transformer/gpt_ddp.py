@@ -39,7 +39,6 @@ from utils.checks import check_divisible
 from utils.cli import (
     add_variant_arg,
     make_parser,
-    non_negative_int,
     positive_float,
     positive_int,
     usage_error,
@@ -71,9 +70,9 @@ def parse_args():
     parser.add_argument("--target-loss", type=positive_float, default=1.8,
                         help="the held-out loss whose first step and time are reported "
                         "(default: %(default)s)")
-    parser.add_argument("--ceiling-steps", type=non_negative_int, default=10,
+    parser.add_argument("--ceiling-steps", type=positive_int, default=10,
                         help="steps on one batch already on the device, after training: the "
-                        "ceiling (0: none) (default: %(default)s)")
+                        "ceiling (default: %(default)s)")
     parser.add_argument("--bf16", action="store_true", help="autocast the forward to bf16")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the DDP model (chapter 15's order: DDP, then compile)")
@@ -208,22 +207,20 @@ def main() -> None:
 
     # 4. The ceiling: the same step on one batch already on the device (chapter 12).
     rate = timed_tokens / timed_seconds if timed_seconds else 0.0
-    ceiling = None
-    if args.ceiling_steps:
-        rows = rank_micro_batches(global_batch(corpus, 1, args.global_batch_size, args.seed),
-                                  ctx.rank, ctx.world_size, 1)[0]
-        inputs, targets = corpus.inputs[rows].to(ctx.device), corpus.targets[rows].to(ctx.device)
-        for step in range(args.ceiling_steps + 1):
-            if step == 1:
-                start = synchronized_clock(ctx.device)
-            with autocast:
-                (token_loss_sum(train_model, inputs, targets) / (targets != -100).sum()).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        seconds = (synchronized_clock(ctx.device) - start) / args.ceiling_steps
-        tokens = torch.tensor(float((targets != -100).sum()), device=ctx.device)
-        dist.all_reduce(tokens)
-        ceiling = tokens.item() / seconds
+    rows = rank_micro_batches(global_batch(corpus, 1, args.global_batch_size, args.seed),
+                              ctx.rank, ctx.world_size, 1)[0]
+    inputs, targets = corpus.inputs[rows].to(ctx.device), corpus.targets[rows].to(ctx.device)
+    for step in range(args.ceiling_steps + 1):  # step 0: a warm-up, not timed
+        if step == 1:
+            start = synchronized_clock(ctx.device)
+        with autocast:
+            (token_loss_sum(train_model, inputs, targets) / (targets != -100).sum()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    seconds = (synchronized_clock(ctx.device) - start) / args.ceiling_steps
+    tokens = torch.tensor(float((targets != -100).sum()), device=ctx.device)
+    dist.all_reduce(tokens)
+    ceiling = tokens.item() / seconds
 
     # 5. MFU on a GPU: model FLOPs per second over the card's bf16 peak.
     peak = peak_tflops(ctx.device, args.peak_tflops)
@@ -233,6 +230,9 @@ def main() -> None:
     elif peak is None:
         mfu = "n/a"
         print0(f"MFU: unknown GPU {torch.cuda.get_device_name(ctx.device)!r}: pass --peak-tflops")
+    elif not timed_steps:
+        mfu = "n/a"
+        print0("MFU: no timed step (step 1 is never timed): run at least 2 --steps")
     else:
         # Every position is computed, pads too: the FLOPs count the padded sequences.
         positions_per_s = timed_steps * args.global_batch_size * args.block_size / timed_seconds
@@ -242,8 +242,6 @@ def main() -> None:
     # 6. Summary (rank 0).
     time_to_target = f"reached_at_step={reached[0]} time_to_target={reached[1]:.1f}s" if reached \
         else "reached_at_step=none"
-    ceiling_text = (f" ceiling={ceiling:.0f} tokens/s ceiling_share={100 * rate / ceiling:.1f}%"
-                    if ceiling else "")
     extra = (f" max_memory_allocated={torch.cuda.max_memory_allocated(ctx.device) / 2**20:.0f}MiB"
              if ctx.device.type == "cuda" else "")
     print0(f"summary: launcher={ctx.launcher} world_size={ctx.world_size} variant={args.variant} "
@@ -251,8 +249,8 @@ def main() -> None:
            f"first_loss={losses[0]:.4f} final_loss={losses[-1]:.4f} held_out_loss={held_out[-1]:.4f} "
            f"uniform_loss={corpus.uniform_loss:.4f} grad_diff={grad_diff:.1e} "
            f"target_loss={args.target_loss:g} {time_to_target} "
-           f"throughput={rate:.0f} tokens/s per_rank={rate / ctx.world_size:.0f} tokens/s"
-           f"{ceiling_text} mfu={mfu}{extra}")
+           f"throughput={rate:.0f} tokens/s per_rank={rate / ctx.world_size:.0f} tokens/s "
+           f"ceiling={ceiling:.0f} tokens/s ceiling_share={100 * rate / ceiling:.1f}% mfu={mfu}{extra}")
 
     # 7. Leave the process group (DDP holds it: release the model first).
     del train_model, ddp, model
