@@ -210,6 +210,7 @@ class Checker:
             n.module or "" for n in self.nodes if isinstance(n, ast.ImportFrom)}
         self.distributed = self._is_distributed()
         self.bindings = self._bindings()
+        self._guarded_functions, self._early_exits, self._tainted = {}, {}, {}
 
     # -- which code runs
     def _reachable(self):
@@ -317,6 +318,8 @@ class Checker:
     def rank_tainted(self, scope):
         """Names in `scope` whose value depends on the rank (assigned from an expression that
         mentions it), to a fixed point."""
+        if id(scope) in self._tainted:
+            return self._tainted[id(scope)]
         tainted, changed = set(), True
         assigns = [n for n in ast.walk(scope) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                    and n.value is not None]
@@ -330,6 +333,7 @@ class Checker:
                             if isinstance(name, ast.Name) and name.id not in tainted:
                                 tainted.add(name.id)
                                 changed = True
+        self._tainted[id(scope)] = tainted
         return tainted
 
     def guarded(self, node, names=GUARD_NAMES):
@@ -340,14 +344,26 @@ class Checker:
                     and self.is_rank_test(ancestor.test, names):
                 return True
         scope = self.function_of(node)
-        for stmt in ast.walk(scope):
-            if (isinstance(stmt, ast.If) and stmt.lineno < node.lineno and self.is_rank_test(stmt.test, names)
-                    and stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise, ast.Continue))):
-                return True
-        if scope is not self.tree and scope.name in self.functions:
+        if any(line < node.lineno for line in self.early_exits(scope, names)):
+            return True
+        if scope is self.tree or scope.name not in self.functions:
+            return False
+        key = (scope.name, names is GUARD_NAMES)
+        if key not in self._guarded_functions:
+            self._guarded_functions[key] = False  # a recursive call: not guarded by itself
             sites = [c for c in self.calls if isinstance(c.func, ast.Name) and c.func.id == scope.name]
-            return bool(sites) and all(self.guarded(site, names) for site in sites)
-        return False
+            self._guarded_functions[key] = bool(sites) and all(self.guarded(site, names) for site in sites)
+        return self._guarded_functions[key]
+
+    def early_exits(self, scope, names):
+        """Lines of `if <rank test>: return/raise/continue` in `scope` (not in functions inside it)."""
+        key = (id(scope), names is GUARD_NAMES)
+        if key not in self._early_exits:
+            self._early_exits[key] = [
+                stmt.lineno for stmt in self.nodes if isinstance(stmt, ast.If) and stmt.body
+                and isinstance(stmt.body[-1], (ast.Return, ast.Raise, ast.Continue))
+                and self.function_of(stmt) is scope and self.is_rank_test(stmt.test, names)]
+        return self._early_exits[key]
 
     def in_no_grad(self, node):
         for ancestor in self.ancestors(node):
