@@ -294,13 +294,31 @@ def slurm(request):
 
 def template_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """What a user sets in the templates' EDIT lines, as the environment they also read."""
-    return dict(VENV=str(Path(sys.executable).parents[1]),
-                TRAIN_ARGS=f"--batch-size 16 --epochs 2 --checkpoint {tmp_path / 'model.pt'}", **extra)
+    return {"VENV": str(Path(sys.executable).parents[1]),
+            "TRAIN_ARGS": f"--batch-size 16 --epochs 2 --checkpoint {tmp_path / 'model.pt'}", **extra}
 
 
-def assert_job_trained(output: str, tmp_path: Path, job_id: str, nodes: int, world_size: int) -> None:
+def executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def venv_that_shows_torchrun(tmp_path: Path) -> Path:
+    """A VENV for the templates: the real one, with a torchrun in front that prints the
+    arguments it was given ("torchrun got: ...") before it runs the real one."""
+    venv, real = tmp_path / "venv", Path(sys.executable).parents[1]
+    executable(venv / "bin" / "torchrun",
+               f'#!/bin/bash\necho "torchrun got: $*"\nexec {real}/bin/torchrun "$@"\n')
+    (venv / "bin" / "activate").write_text(f'source {real}/bin/activate\nexport PATH="{venv}/bin:$PATH"\n')
+    return venv
+
+
+def assert_job_trained(output: str, tmp_path: Path, job_id: str, nodes: int, world_size: int,
+                       processes_per_node: int = 2) -> None:
     port = 15000 + int(re.match(r"\d+", job_id)[0]) % 17000
-    assert "x 2 process(es); rendezvous " in output and f":{port}\n" in output, output
+    assert f"x {processes_per_node} process(es); rendezvous " in output and f":{port}\n" in output, output
     assert re.search(rf"^job {re.escape(job_id)}: {nodes} node\(s\) ", output, flags=re.M), output
     assert output.count("summary:") == 1, f"a summary printed by more than rank 0:\n{output}"
     checkpoint = re.escape(str(tmp_path / "model.pt"))
@@ -322,37 +340,56 @@ def test_templates_say_what_to_set(tmp_path):
 
 def test_slurm_template_under_sbatch(slurm, tmp_path):
     """sbatch with the template as it is but for what the one-node CPU test cluster lacks:
-    --nodes=1 and no GPUs (given on the sbatch line, which overrides the #SBATCH lines)."""
+    --nodes=1 and no GPUs (given on the sbatch line, which overrides the #SBATCH lines).
+    The node is called localhost, which torchrun would take for itself anyway: what torchrun
+    was given shows that the template tells it to host the rendezvous."""
     output = tmp_path / "job.out"
+    env = slurm.env(**template_env(tmp_path, VENV=str(venv_that_shows_torchrun(tmp_path))))
     result = slurm.submit(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", f"--output={output}",
-                           FOLDER / "slurm_job.sh"], output=output, env=slurm.env(**template_env(tmp_path)))
+                           FOLDER / "slurm_job.sh"], output=output, env=env)
     assert result.returncode == 0, result.output
     job_id = result.output.split()[0].split(";")[0]
     assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=2)
-    assert f"--rdzv-endpoint=localhost:{15000 + int(job_id) % 17000} --rdzv-id={job_id} " in result.output
+    given = re.findall(r"^torchrun got: (.*)$", result.output, flags=re.M)
+    endpoint = f"--rdzv-endpoint=localhost:{15000 + int(job_id) % 17000} --rdzv-id={job_id} "
+    assert any(TRAIN_DDP in line for line in given), result.output
+    for line in given:  # the preflight's torchrun and the training's
+        assert line.startswith("--rdzv-conf=is_host=true ") and endpoint in line, line
 
 
-def test_srun_without_torchrun_stops_each_copy(slurm, tmp_path):
-    """srun -n 2 starting the script itself (no torchrun): each task says so and exits 1. The
-    batch script alone (no job step, SLURM_STEP_ID unset) is not taken for a second copy."""
-    output, checkpoint = tmp_path / "job.out", tmp_path / "model.pt"
-    command = f"srun -n 2 {sys.executable} {REPO / TRAIN_DDP} --checkpoint {checkpoint}"
+def test_slurm_batch_script_trains_alone_and_srun_copies_stop(slurm, tmp_path):
+    """A batch script of a job with --ntasks=2 runs the script itself: one process, outside
+    any job step (SLURM_NTASKS=2, no SLURM_STEP_ID), which trains alone (world_size=1). Then
+    srun -n 2 starts it twice, without torchrun: each task says so and exits 1 (a shell
+    around each prints its exit code)."""
+    output, alone, copies = tmp_path / "job.out", tmp_path / "alone.pt", tmp_path / "copies.pt"
+    script = f"{sys.executable} {REPO / TRAIN_DDP}"
+    command = (f"{script} --epochs 1 --checkpoint {alone}; "
+               f"srun -n 2 bash -c '{script} --checkpoint {copies}; echo task $SLURM_PROCID exit $?'")
     result = slurm.submit(["sbatch", "--parsable", "--nodes=1", "--ntasks=2", f"--output={output}",
                            f"--wrap={command}"], output=output, env=slurm.env())
-    assert result.returncode == 1 and result.output.count(COPIES) == 2, result.output
-    assert "summary:" not in result.output and not checkpoint.exists(), result.output
+    assert result.returncode == 0, result.output
+    assert result.count("summary:") == 1 and "summary: world_size=1 device=cpu epochs=1 " in result.output
+    assert alone.exists(), result.output
+    assert "task 0 exit 1" in result.output and "task 1 exit 1" in result.output, result.output
+    assert result.count(COPIES) == 2 and not copies.exists(), result.output
 
 
 def test_pbs_template_through_slurms_qsub(slurm, tmp_path):
-    """Slurm's qsub hands the template to sbatch, which reads its #PBS lines; one node here
-    (select=1 on the qsub line). Slurm's qsub removes PBS_NODEFILE: the job runs on this
-    machine alone, and its port comes from Slurm's job id."""
-    output = tmp_path / "job.out"
+    """Slurm's qsub hands the template to sbatch, which reads its #PBS lines (place=scatter
+    included); one node here (select=1 on the qsub line). Slurm's qsub removes PBS_NODEFILE:
+    the job runs on this machine alone, as `bash pbs_job.sh` does, and its port comes from
+    Slurm's job id. A stand-in nvidia-smi lists one GPU, fewer than GPUS_PER_NODE (4): the
+    job starts one process and says why (torch, without a GPU, trains it on the CPU)."""
+    output, fake = tmp_path / "job.out", tmp_path / "fake"
+    executable(fake / "nvidia-smi", '#!/bin/sh\necho "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n')
+    env = slurm.env(**template_env(tmp_path), PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
     result = slurm.submit(["qsub", "-l", "select=1:ncpus=4", "-j", "oe", "-o", output, FOLDER / "pbs_job.sh"],
-                          output=output, env=slurm.env(**template_env(tmp_path)))
+                          output=output, env=env)
     assert result.returncode == 0, result.output
     job_id = result.output.split()[0]
-    assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=2)
+    assert "GPUS_PER_NODE=4, but nvidia-smi lists 1 GPU(s) here: 1 process(es) per node" in result.output
+    assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=1, processes_per_node=1)
     assert slurm.job(job_id)["JobName"] == "ddp_train"
 
 
@@ -364,19 +401,86 @@ def test_pbs_template_on_two_simulated_nodes(cray_nodes, tmp_path):  # noqa: F81
     ssh.write_text(CRAY_SSH.format(*HSN_NAMES, *cray_nodes, *CRAY_NAMES))
     ssh.chmod(0o755)
     nodefile = tmp_path / "nodefile"
-    nodefile.write_text("".join(f"{name}\n{name}\n" for name in HSN_NAMES))  # once per CPU, as PBS does
+    nodefile.write_text("".join(f"{name}\n{name}\n" for name in HSN_NAMES))  # twice each, as with mpiprocs=2
     mpiexec = mpi_env("mpich")["PATH"].split(os.pathsep)[0] + "/mpiexec"
     job_id = f"{os.getpid()}.pbs"
+    qstat = executable(tmp_path / "bin" / "qstat", QSTAT.format(chunks=2))  # PBS Pro's qstat -f, in part
     env = clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID=job_id, PBS_O_WORKDIR=str(REPO), HOME=str(tmp_path),
                     GLOO_SOCKET_IFNAME=INTERFACE, **template_env(tmp_path),
+                    PATH=f"{qstat.parent}{os.pathsep}{os.environ['PATH']}",
                     NODE_LAUNCHER=f"{mpiexec} -launcher ssh -launcher-exec {ssh} -iface {INTERFACE} "
                                   f"-hosts {','.join(HSN_NAMES)} -ppn 1")
     result = run(["ip", "netns", "exec", cray_nodes[0], "unshare", "--uts", "bash", "-c",
                   f"hostname {CRAY_NAMES[0]} && cd {tmp_path} && bash {FOLDER / 'pbs_job.sh'}"],
                  env=env, timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, result.output
-    assert f"2 node(s) [{' '.join(HSN_NAMES)}]" in result.output
+    assert f"2 node(s) [{' '.join(HSN_NAMES)}]" in result.output and "not checked" not in result.output
     assert_job_trained(result.output, tmp_path, job_id, nodes=2, world_size=4)
+
+
+QSTAT = """#!/bin/sh
+echo "Job Id: $2"
+echo "    Resource_List.ncpus = 32"
+echo "    Resource_List.nodect = {chunks}"
+echo "    Resource_List.place = free"
+"""
+MPIEXEC = """#!/bin/bash
+if [[ "$1" == --version ]]; then echo "{version}"; exit 0; fi
+echo "RAN mpiexec $*"
+"""
+
+
+def test_pbs_template_on_nodes_it_checks_and_binds_no_cpu(tmp_path):
+    """pbs_job.sh under bash with stand-ins for PBS Pro's qstat and node file and for each MPI's
+    mpiexec (they print what they were asked to run; nothing trains):
+
+    - two chunks that PBS put on one node (the node file names it twice, qstat counts 2
+      chunks): the job stops before it starts anything, with what to do;
+    - the line that starts one torchrun per node does not bind it to a CPU: Open MPI gets
+      --bind-to none, Cray PALS --cpu-bind none, MPICH's Hydra nothing (it binds nothing
+      unless asked), and a NODE_LAUNCHER that binds is kept as it is;
+    - why: Open MPI's real mpiexec with --map-by ppr:1:node binds its process to one core."""
+    qstat = executable(tmp_path / "bin" / "qstat", QSTAT.format(chunks=2))
+    executable(tmp_path / "bin" / "nvidia-smi", "#!/bin/sh\n" + "".join(
+        f'echo "GPU {i}: NVIDIA H100 (UUID: GPU-{i})"\n' for i in range(4)))
+    folders = {"openmpi": tmp_path / "openmpi", "mpich": tmp_path / "mpich",
+               "pals": tmp_path / "pals" / "bin"}  # PALS's under a .../pals/... path, as on HPE
+    for mpi, version in (("openmpi", "mpiexec (Open MPI) 5.0.3"), ("mpich", "HYDRA build details:"),
+                         ("pals", "mpiexec version 1.4.0")):
+        executable(folders[mpi] / "mpiexec", MPIEXEC.format(version=version))
+
+    def job(nodes: tuple[str, ...], mpi: str, **extra: str):
+        nodefile = tmp_path / "nodefile"
+        nodefile.write_text("".join(f"{node}\n" for node in nodes))
+        env = clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID="77.pbs", PBS_O_WORKDIR=str(REPO),
+                        HOME=str(tmp_path), PATH=f"{folders[mpi]}:{qstat.parent}:{os.environ['PATH']}",
+                        **template_env(tmp_path), **extra)
+        return run(["bash", FOLDER / "pbs_job.sh"], env=env, timeout=30)
+
+    shared = job(("x1000c0s0b0n0", "x1000c0s0b0n0"), "mpich")
+    assert shared.returncode == 1 and "RAN" not in shared.output, shared.output
+    assert ("the job asked for 2 chunks (select=2) but got 1 node(s) [x1000c0s0b0n0]: chunks share a node, "
+            "where one torchrun would leave GPUs idle. Keep '#PBS -l place=scatter'") in shared.output
+    two = ("x1000c0s0b0n0", "x1000c0s0b0n1")
+    for mpi, launcher, line in [
+            ("openmpi", "mpiexec --map-by ppr:1:node", "mpiexec --map-by ppr:1:node --bind-to none -n 2"),
+            ("pals", None, "mpiexec --ppn 1 --cpu-bind none -n 2"),
+            ("mpich", None, "mpiexec --ppn 1 -n 2"),
+            ("openmpi", "mpiexec --map-by ppr:1:node:PE=8 --bind-to core",
+             "mpiexec --map-by ppr:1:node:PE=8 --bind-to core -n 2")]:
+        result = job(two, mpi, **({"NODE_LAUNCHER": launcher} if launcher else {}))
+        assert result.returncode == 0, result.output
+        assert "job 77.pbs: 2 node(s) [x1000c0s0b0n0 x1000c0s0b0n1] x 4 process(es)" in result.output
+        assert result.count(f"RAN {line} bash -c ") == 2, (mpi, result.output)  # preflight, training
+    # Open MPI's own default, on this machine: --map-by ppr:1:node binds to one core.
+    cores = len(os.sched_getaffinity(0))
+    if cores >= 2:
+        show = ["bash", "-c", "grep Cpus_allowed_list /proc/self/status"]
+        one_per_node = ["mpiexec", "-n", "1", "--map-by", "ppr:1:node"]
+        bound = run([*one_per_node, *show], env=mpi_env("openmpi"), timeout=60)
+        free = run([*one_per_node, "--bind-to", "none", *show], env=mpi_env("openmpi"), timeout=60)
+        allowed = [re.search(r"Cpus_allowed_list:\s+(\S+)", r.output)[1] for r in (bound, free)]
+        assert re.fullmatch(r"\d+", allowed[0]) and allowed[1] != allowed[0], allowed
 
 
 # --------------------------------------------------------------------------- on GPUs

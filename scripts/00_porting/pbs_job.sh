@@ -1,6 +1,7 @@
 #!/bin/bash
 #PBS -N ddp_train
 #PBS -l select=2:ncpus=16:ngpus=4
+#PBS -l place=scatter
 #PBS -l walltime=00:30:00
 #PBS -j oe
 # Your DDP script on PBS Pro: N nodes x G GPUs (select=N:...:ngpus=G above). Copy this file
@@ -10,6 +11,8 @@
 #     qsub pbs_job.sh
 # What it does: mpiexec starts one torchrun on each node; the torchruns meet at the first
 # node, on a port derived from the job id, and each starts one process per GPU.
+# place=scatter: each chunk on a node of its own. PBS's default (free) may put two chunks on
+# one node, where one torchrun would use only one chunk's GPUs; the script stops if it did.
 # Without PBS (no node file), `bash pbs_job.sh` runs it on this machine alone.
 set -euo pipefail
 
@@ -20,8 +23,8 @@ TRAIN_ARGS="${TRAIN_ARGS:-}"                                      # EDIT: its fl
 VENV="${VENV:-$HOME/venvs/ddp}"                                   # EDIT: your virtual environment
 GPUS_PER_NODE="${GPUS_PER_NODE:-4}"                               # EDIT: ngpus above
 CPU_PROCESSES_PER_NODE="${CPU_PROCESSES_PER_NODE:-2}"             # without GPUs (a CPU test)
-# EDIT: what starts one process on each node (-n <nodes> is added). Cray PALS and MPICH:
-# mpiexec --ppn 1. Open MPI: mpiexec --map-by ppr:1:node.
+# EDIT: what starts one process on each node (-n <nodes>, and no CPU binding, are added below).
+# Cray PALS and MPICH: mpiexec --ppn 1. Open MPI: mpiexec --map-by ppr:1:node.
 NODE_LAUNCHER="${NODE_LAUNCHER:-mpiexec --ppn 1}"
 # -----------------------------------------------------------------------------------------
 # --8<-- [end:edit]
@@ -38,22 +41,38 @@ fi
 read -r -a train_args <<< "$TRAIN_ARGS"
 read -r -a node_launcher <<< "$NODE_LAUNCHER"
 
-# The job's nodes, each once, in order (the node file has a line per CPU or chunk); the first
-# one hosts the rendezvous. No node file: this machine alone.
+job_id=${PBS_JOBID:-${SLURM_JOB_ID:-$$}}  # (SLURM_JOB_ID: under Slurm's qsub; $$: run by hand)
+# The job's nodes, each once, in order (the node file has a line per chunk, or per MPI process);
+# the first one hosts the rendezvous. No node file: this machine alone.
 if [[ -n "${PBS_NODEFILE:-}" ]]; then
     mapfile -t nodes < <(awk 'NF && !seen[$1]++ {print $1}' "$PBS_NODEFILE")
+    # As many nodes as chunks asked for (select=N), which qstat -f counts as Resource_List.nodect.
+    chunks=$(qstat -f "$job_id" 2>/dev/null | awk -F' = ' '$1 ~ /Resource_List\.nodect$/ {print $2}' || true)
+    if [[ ! "$chunks" =~ ^[0-9]+$ ]]; then
+        echo "node count not checked: qstat -f $job_id gave no Resource_List.nodect"
+    elif [[ "$chunks" -ne ${#nodes[@]} ]]; then
+        echo "the job asked for $chunks chunks (select=$chunks) but got ${#nodes[@]} node(s) [${nodes[*]}]:" \
+             "chunks share a node, where one torchrun would leave GPUs idle. Keep '#PBS -l place=scatter'" \
+             "(one chunk per node), or ask for one chunk per node with all of its GPUs" >&2
+        exit 1
+    fi
 else
     nodes=(localhost)
 fi
 rdzv_host=${nodes[0]}
-# A port derived from the job id's number, never a fixed one: two jobs on one node do not
-# collide. (SLURM_JOB_ID: under Slurm's qsub; $$: run by hand.)
-job_id=${PBS_JOBID:-${SLURM_JOB_ID:-$$}}
+# A port derived from the job id's number, never a fixed one: two jobs on one node do not collide.
 job_number=${job_id%%[!0-9]*}
 rdzv_port=$((15000 + 10#${job_number:-0} % 17000))
-# One process per GPU; without GPUs, CPU processes (gloo).
-if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true) -gt 0 ]]; then
-    nproc_per_node=$GPUS_PER_NODE
+# One process per GPU, at most GPUS_PER_NODE; without GPUs, CPU processes (gloo).
+if [[ ! "$GPUS_PER_NODE" =~ ^[1-9][0-9]*$ ]]; then
+    echo "GPUS_PER_NODE=$GPUS_PER_NODE: expected a whole number above 0 (ngpus above)" >&2; exit 1
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [[ "$gpus" -gt 0 ]]; then
+    nproc_per_node=$((gpus < GPUS_PER_NODE ? gpus : GPUS_PER_NODE))
+    if [[ "$gpus" -lt "$GPUS_PER_NODE" ]]; then
+        echo "GPUS_PER_NODE=$GPUS_PER_NODE, but nvidia-smi lists $gpus GPU(s) here: $gpus process(es) per node"
+    fi
 else
     nproc_per_node=$CPU_PROCESSES_PER_NODE
 fi
@@ -74,7 +93,19 @@ cmd=(bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
      --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$job_id"
      "$TRAIN_SCRIPT" "${train_args[@]}")
+# torchrun needs all of the node's cores: it starts one process per GPU, each with its loader's
+# workers. Open MPI binds a process to one core when it starts 2 or fewer, and Cray PALS binds as
+# the site set it up: tell them not to bind (MPICH's Hydra binds nothing unless asked). A
+# NODE_LAUNCHER that says how to bind (--bind-to, --cpu-bind) is kept as it is.
 if [[ ${#nodes[@]} -gt 1 ]]; then  # one node: no launcher needed
+    launcher_version=$("${node_launcher[0]}" --version 2>&1 || true)
+    if [[ " $NODE_LAUNCHER " == *bind* ]]; then
+        :
+    elif [[ "$launcher_version" == *"Open MPI"* ]]; then
+        node_launcher+=(--bind-to none)
+    elif [[ "${launcher_version,,}" == *pals* || $(command -v "${node_launcher[0]}") == */pals/* ]]; then
+        node_launcher+=(--cpu-bind none)
+    fi
     cmd=("${node_launcher[@]}" -n "${#nodes[@]}" "${cmd[@]}")
 fi
 # Preflight: the same launch runs check_ddp.py --preflight (next to TRAIN_SCRIPT) before training;
