@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import socket
 import sys
 import time
 
@@ -202,6 +203,8 @@ def test_preflight_on_two_simulated_nodes():
 
 
 def test_preflight_names_a_missing_variable_and_exits_1():
+    """A broken launch: a missing or wrong variable, an address that does not resolve, a rank
+    whose rank 0 never comes; one line each, exit 1, no hang."""
     env = clean_env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0")  # torchrun's, without the address
     result = run([sys.executable, *PREFLIGHT], env=env, timeout=60)
     assert result.returncode == 1, result.output
@@ -210,6 +213,19 @@ def test_preflight_names_a_missing_variable_and_exits_1():
     env = clean_env(OMPI_COMM_WORLD_RANK="3", OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_RANK="0")
     result = run([sys.executable, *PREFLIGHT], env=env, timeout=60)
     assert result.returncode == 1 and "openmpi variables disagree: OMPI_COMM_WORLD_RANK=3" in result.output
+    env = clean_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="nowhere.invalid", MASTER_PORT="1")
+    result = run([sys.executable, *PREFLIGHT], env=env, timeout=60)
+    assert result.returncode == 1, result.output
+    assert "the rendezvous address 'nowhere.invalid' does not resolve" in result.output
+    # rank 1 of 2 alone: rank 0 never comes, and the wait ends at --timeout with a line, no traceback
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = clean_env(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    result = run([sys.executable, *PREFLIGHT[:-1], "3"], env=env, timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.output, result.output
+    assert "preflight: FAIL on rank 1 (" in result.output
+    assert f"the ranks did not all meet at 127.0.0.1:{port} within --timeout 3 s" in result.output
 
 
 FAKE_ONE_GPU = """\

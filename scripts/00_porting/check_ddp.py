@@ -898,26 +898,27 @@ def preflight(args):
         device, uuid = torch.device("cpu"), "-"
     # 2. Meet: a store at the rendezvous, every wait under --timeout.
     timeout = datetime.timedelta(seconds=args.timeout)
-    if world == 1:
-        store = dist.HashStore()
-    elif env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent holds the store
-        attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store = dist.PrefixStore(f"/worker/attempt_{attempt}/preflight",
-                                 dist.TCPStore(addr, port, world, is_master=False, timeout=timeout))
-    else:
-        store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timeout)
     me = {"rank": rank, "host": host, "launcher": launcher, "world": world, "local_rank": local,
           "device": str(device), "gpu": uuid, "cvd": env.get("CUDA_VISIBLE_DEVICES", "unset"),
           "nccl": {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_")}}
     try:
+        if world == 1:
+            store = dist.HashStore()
+        elif env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent holds the store
+            attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+            store = dist.PrefixStore(f"/worker/attempt_{attempt}/preflight",
+                                     dist.TCPStore(addr, port, world, is_master=False, timeout=timeout))
+        else:
+            store = dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timeout)
         dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank,
                                 world_size=world, timeout=timeout)
         everyone = [None] * world
         dist.all_gather_object(everyone, me)  # over gloo: the reports, whatever the backend
     except Exception as error:  # noqa: BLE001 - a store or connection failure, said in one line
-        print(f"preflight: FAIL on rank {rank} ({host}): could not reach rank 0 at {addr}:{port} within "
-              f"{args.timeout:g} s ({type(error).__name__}: {(str(error).splitlines() or [''])[0]})",
-              file=sys.stderr, flush=True)
+        print(f"preflight: FAIL on rank {rank} ({host}): the ranks did not all meet at {addr}:{port} "
+              f"within --timeout {args.timeout:g} s ({type(error).__name__}: "
+              f"{(str(error).splitlines() or [''])[0]}): is every rank started, and can it reach "
+              f"{addr}?", file=sys.stderr, flush=True)
         return 1
     # 3. What the ranks say: one world size, one launcher, every rank once, no GPU twice.
     if len({p["world"] for p in everyone}) > 1 or sorted(p["rank"] for p in everyone) != list(range(world)):
