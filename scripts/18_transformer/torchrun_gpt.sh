@@ -17,6 +17,7 @@
 # Without PBS, on one machine (CPU or GPUs), the same script:
 #     echo localhost > /tmp/nodes
 #     PBS_NODEFILE=/tmp/nodes bash scripts/18_transformer/torchrun_gpt.sh
+# Optimizer steps of the CPU-sized runs: STEPS (default: each script's own, 150 and 12).
 # Parameters (processes per node, virtual environment, modules): scripts/pbs_common.sh.
 set -euo pipefail
 
@@ -27,11 +28,13 @@ source "${REPO_DIR:-${PBS_O_WORKDIR:-$PWD}}/scripts/pbs_common.sh" \
 CHECKPOINT_DIR="${CHECKPOINT_DIR:-$HOME/ddp_checkpoints/ch18_$JOB_ID}"
 echo "checkpoints in $CHECKPOINT_DIR"
 SCRIPT=scripts/18_transformer/gpt_ddp.py
+steps=()
+if [[ -n "${STEPS:-}" ]]; then steps=(--steps "$STEPS"); fi
 
-launch_torchrun "$SCRIPT" --variant bad
-launch_torchrun "$SCRIPT" --variant good
+launch_torchrun "$SCRIPT" --variant bad ${steps[@]+"${steps[@]}"}
+launch_torchrun "$SCRIPT" --variant good ${steps[@]+"${steps[@]}"}
 if [[ -n "${TEXT_FILE:-}" ]]; then
     launch_torchrun "$SCRIPT" --preset gpu --text-file "$TEXT_FILE" --steps 2000 --bf16 --compile \
         --target-loss 1.5 --eval-every 250
 fi
-launch_torchrun scripts/18_transformer/gpt_fsdp.py --checkpoint-dir "$CHECKPOINT_DIR"
+launch_torchrun scripts/18_transformer/gpt_fsdp.py --checkpoint-dir "$CHECKPOINT_DIR" ${steps[@]+"${steps[@]}"}
