@@ -83,7 +83,7 @@ RULES = {rule.code: rule for rule in [
          "a fixed rendezvous port: two jobs on one node collide",
          "leave MASTER_PORT to the launcher, or derive it from the job id"),
     Rule("DDP131", "13", "chapters/13_multinode_and_hpc.md",
-         "init_process_group with nccl before torch.cuda.set_device: ranks can start on GPU 0",
+         "init_process_group with nccl before torch.cuda.set_device: every rank's current GPU is GPU 0",
          "torch.cuda.set_device(local_rank) before init_process_group (or pass device_id=)"),
     Rule("DDP150", "15", "chapters/15_torch_compile_ddp.md",
          "the compiled model's state_dict() saved: every key starts with '_orig_mod.'",
@@ -94,7 +94,8 @@ RULES = {rule.code: rule for rule in [
          "torch.distributed.checkpoint (dcp.save) on every rank, or get_model_state_dict(..., "
          "full_state_dict=True) saved by rank 0"),
     Rule("DDP170", "17", "chapters/17_zero_and_beyond.md",
-         "a ZeroRedundancyOptimizer's state_dict() without consolidate_state_dict(): one rank's shard",
+         "a ZeroRedundancyOptimizer's state_dict() without consolidate_state_dict(): an error, or one "
+         "rank's shard",
          "optimizer.consolidate_state_dict(to=0) on every rank, then rank 0 saves optimizer.state_dict()"),
 ]}
 # --8<-- [end:rules]
@@ -657,8 +658,8 @@ class Checker:
             scopes = (self.function_of(call), self.tree)
             if not any(line < call.lineno and scope in scopes for line, scope in set_at):
                 self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device before "
-                         "it: NCCL may start every rank on GPU 0; call torch.cuda.set_device(local_rank) "
-                         "first")
+                         "it: every rank's current GPU is GPU 0 until then; call "
+                         "torch.cuda.set_device(local_rank) first")
 
     def rule_zero(self):
         if "consolidate_state_dict" in self.attrs:
@@ -671,7 +672,8 @@ class Checker:
                 owner = owner.value
             if "zero" in self.kinds_of(owner):
                 self.add("DDP170", call, "a ZeroRedundancyOptimizer's state_dict() without "
-                         "consolidate_state_dict(): it holds one rank's shard at most; call "
+                         "consolidate_state_dict(): PyTorch refuses it, and its .optim holds one rank's "
+                         "shard; call "
                          "optimizer.consolidate_state_dict(to=0) on every rank first")
 
 
