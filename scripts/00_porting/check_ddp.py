@@ -552,9 +552,18 @@ class Checker:
             steps = [c for c in body if isinstance(c, ast.Call) and last(c) == "step"]
             if not backwards:
                 continue
-            if not steps or all(any(isinstance(a, ast.If) for a in self.between(s, loop)) for s in steps):
+            if not steps or all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
+                                    for a in self.between(s, loop)) for s in steps):
                 self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
                          "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
+
+    @staticmethod
+    def counts_steps(test):
+        """`(step + 1) % k == 0`, `is_last`, `accumulated == k`: a step every few micro-batches
+        (not `if torch.isfinite(loss):`, a step skipped now and then)."""
+        return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test)) or any(
+            isinstance(n, (ast.Name, ast.Attribute)) and re.search(r"accum|last|sync|micro", last(n).lower())
+            for n in ast.walk(test))
 
     def between(self, node, top):
         out = []
