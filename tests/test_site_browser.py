@@ -8,7 +8,8 @@ outside the site (offline readers, clusters), every image drawn, every code bloc
 as its column at most, every tab set opening on its first tab (Bad) and switching when
 clicked, no chapter taller than 12,000 px at 1400 px; and at both widths nothing cut off (no
 sideways overflow of the page, nothing clipped: a wide table or code block scrolls inside its
-own box) and no copy button over code text. Search and a real click carried to the next page
+own box) and no copy button over code text; on the phone, no diff line wraps (each keeps its
+indentation) and no code in a table breaks inside a name. Search and a real click carried to the next page
 are tried once each. Without Chromium or Playwright the browser tests skip, and fail under CI.
 """
 
@@ -202,6 +203,37 @@ LAYOUT = """() => {
     return {height: document.documentElement.scrollHeight, cut, covered};
 }"""
 
+# Run on a phone with every block shown: what makes code hard to read there. A diff line that
+# wraps (its continuation starts at the left edge, and Python's indentation is lost), and code
+# in a table that breaks inside a name (`torch.cuda.s` / `et_device`): two characters of a
+# name (letters, digits, _ and .) on two lines.
+PHONE_READING = """() => {
+    const wrappedDiff = [];
+    for (const code of document.querySelectorAll('.language-diff pre > code')) {
+        const line = parseFloat(getComputedStyle(code).lineHeight);
+        for (const span of code.querySelectorAll(':scope > span'))
+            if (span.getBoundingClientRect().height > 1.5 * line)
+                wrappedDiff.push(span.innerText.trim().slice(0, 60));
+    }
+    const brokenNames = [];
+    const range = document.createRange();
+    const top = (node, i) => {
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        return range.getBoundingClientRect().top;
+    };
+    for (const code of document.querySelectorAll('.md-typeset table code')) {
+        if (code.getClientRects().length < 2) continue;  // on one line
+        const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode())
+            for (let i = 1; i < node.length; i++)
+                if (/[\\w.]/.test(node.data[i - 1]) && /[\\w.]/.test(node.data[i])
+                    && top(node, i) > top(node, i - 1) + 1)
+                    brokenNames.push(`${node.data.slice(0, i)} / ${node.data.slice(i)}`);
+    }
+    return {wrappedDiff, brokenNames};
+}"""
+
 # Every tab panel and collapsed block shown, for LAYOUT's second look.
 SHOW_ALL = """() => {
     document.querySelectorAll('details').forEach(d => d.open = true);
@@ -224,6 +256,8 @@ class Visit:
     height: int = 0  # px, as loaded
     cut: list[str] = field(default_factory=list)  # what a reader of this width cannot see
     covered: list[str] = field(default_factory=list)  # code text under a copy button
+    wrapped_diff: list[str] = field(default_factory=list)  # diff lines that wrap (on a phone)
+    broken_names: list[str] = field(default_factory=list)  # code in a table split mid-name (phone)
 
 
 def load(page, url: str) -> None:
@@ -289,7 +323,9 @@ def phone_visits(site: Path, server: Server, browser) -> dict[str, Visit]:
         for path in pages_of(site):
             results[path] = Visit()
             load(page, server.url + path)
-            look(page, results[path])
+            look(page, results[path])  # ends with every block shown
+            seen = page.evaluate(PHONE_READING)
+            results[path].wrapped_diff, results[path].broken_names = seen["wrappedDiff"], seen["brokenNames"]
     finally:
         context.close()
     return results
@@ -309,6 +345,15 @@ def test_nothing_is_cut_off_or_under_a_copy_button_on_a_phone(phone_visits):
     assert len(phone_visits) > 15, sorted(phone_visits)
     problems = _layout_problems(phone_visits)
     assert not problems, "at 390 px:\n" + "\n".join(problems)
+
+
+def test_on_a_phone_diffs_keep_their_indentation_and_table_code_breaks_between_names(phone_visits):
+    """At 390 px a diff line never wraps (the block scrolls, each line keeps its indentation),
+    and code in a table breaks at a space, never inside a name."""
+    wrapped = [f"{path or '/'}: {line!r}" for path, v in phone_visits.items() for line in v.wrapped_diff]
+    assert not wrapped, "diff lines that wrap at 390 px:\n" + "\n".join(wrapped)
+    broken = [f"{path or '/'}: {name!r}" for path, v in phone_visits.items() for name in v.broken_names]
+    assert not broken, "code in a table broken inside a name at 390 px:\n" + "\n".join(broken)
 
 
 def test_no_chapter_is_taller_than_12000_px(visits):
