@@ -18,6 +18,7 @@ Run it:
     mpiexec -n 2 python scripts/18_transformer/gpt_fsdp.py
 """
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -161,6 +162,9 @@ def main() -> None:
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
     checkpoint_dir = args.checkpoint_dir / f"step_{args.save_at}"
+    if ctx.rank == 0 and checkpoint_dir.exists():
+        shutil.rmtree(checkpoint_dir)  # an earlier run's: DCP would warn, then write over it
+    dist.barrier()
 
     fsdp_losses = train(model, optimizer, corpus, args, ctx, steps, save_to=checkpoint_dir)
     fsdp_checksum = checksum(model)
