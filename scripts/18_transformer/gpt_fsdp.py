@@ -49,7 +49,9 @@ from utils.gpt import (
     token_loss_sum,
 )
 
+# --8<-- [start:tolerance]
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}  # largest |FSDP2 loss - DDP loss| accepted
+# --8<-- [end:tolerance]
 
 
 def parse_args():
