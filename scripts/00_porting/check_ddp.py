@@ -83,7 +83,7 @@ RULES = {rule.code: rule for rule in [
          "a fixed rendezvous port: two jobs on one node collide",
          "leave MASTER_PORT to the launcher, or derive it from the job id"),
     Rule("DDP131", "13", "chapters/13_multinode_and_hpc.md",
-         "init_process_group with nccl before torch.cuda.set_device: every rank's current GPU is GPU 0",
+         "init_process_group with nccl and no torch.cuda.set_device: every rank's current GPU is GPU 0",
          "torch.cuda.set_device(local_rank) before init_process_group (or pass device_id=)"),
     Rule("DDP150", "15", "chapters/15_torch_compile_ddp.md",
          "the compiled model's state_dict() saved: every key starts with '_orig_mod.'",
@@ -107,7 +107,8 @@ COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into
 RANK_NAMES = {"rank", "global_rank", "world_rank", "is_main", "is_main_process", "is_master",
               "master_process", "is_rank_zero", "is_rank0", "main_process", "is_leader"}
 RANK_CALLS = {"get_rank", "is_main_process", "get_global_rank"}
-GUARD_NAMES = RANK_NAMES | {"local_rank", "node_rank"}  # a save guarded by these writes once per node
+# A save under these runs once per node (a local rank or GPU id): taken as guarded too.
+GUARD_NAMES = RANK_NAMES | {"local_rank", "node_rank", "gpu_id", "gpu"}
 NO_GRAD = {"no_grad", "inference_mode"}
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
 NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -212,6 +213,8 @@ class Checker:
         self.distributed = self._is_distributed()
         self.bindings = self._bindings()
         self._guarded_functions, self._early_exits, self._tainted = {}, {}, {}
+        self.methods = {n.name for n in self.nodes if isinstance(n, FUNCTION)
+                        and isinstance(self.parents.get(n), ast.ClassDef)}
 
     # -- which code runs
     def _reachable(self):
@@ -224,6 +227,7 @@ class Checker:
             if isinstance(node, ast.Name) and node.id in self.functions and node.id not in seen:
                 seen.add(node.id)
                 todo.extend(ast.walk(self.functions[node.id]))
+        self.library = not seen  # helpers for another file, which may hold the fix
         return seen if seen else set(self.functions)
 
     def _walk(self, node):
@@ -347,12 +351,14 @@ class Checker:
         scope = self.function_of(node)
         if any(line < node.lineno for line in self.early_exits(scope, names)):
             return True
-        if scope is self.tree or scope.name not in self.functions:
+        method = isinstance(self.parents.get(scope), ast.ClassDef)
+        if scope is self.tree or not (method or scope.name in self.functions):
             return False
-        key = (scope.name, names is GUARD_NAMES)
+        key = (id(scope), names is GUARD_NAMES)
         if key not in self._guarded_functions:
             self._guarded_functions[key] = False  # a recursive call: not guarded by itself
-            sites = [c for c in self.calls if isinstance(c.func, ast.Name) and c.func.id == scope.name]
+            sites = [c for c in self.calls if (isinstance(c.func, ast.Attribute) if method
+                                                else isinstance(c.func, ast.Name)) and last(c) == scope.name]
             self._guarded_functions[key] = bool(sites) and all(self.guarded(site, names) for site in sites)
         return self._guarded_functions[key]
 
@@ -440,7 +446,7 @@ class Checker:
     def rule_set_epoch(self):
         epoch_loop = any(isinstance(n, ast.For) and any(isinstance(t, ast.Name) and "epoch" in t.id.lower()
                                                         for t in ast.walk(n.target)) for n in self.nodes)
-        if "set_epoch" in self.attrs or not epoch_loop:
+        if "set_epoch" in self.attrs or not epoch_loop or self.library:
             return  # set_epoch called, or no epoch loop: one pass, nothing to reshuffle
         for call in self.samplers():
             shuffle = keyword(call, "shuffle")
@@ -448,8 +454,37 @@ class Checker:
                 shuffle = call.args[3]
             if shuffle is not None and is_false(shuffle):
                 continue  # no shuffle: the epoch changes nothing
+            if self.handed_elsewhere(call):
+                continue  # given to a function of another file, which may call set_epoch
             self.add("DDP030", call, "DistributedSampler shuffles, but set_epoch() is never called: every "
                      "epoch draws the same order; call sampler.set_epoch(epoch) at the start of each epoch")
+
+    def handed_elsewhere(self, sampler_call):
+        """The sampler, or a loader built on it, is passed to a function this file does not define."""
+        holder = self.parents.get(sampler_call)
+        if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
+            return False
+        names = {holder.targets[0].id}
+        for node in self.nodes:  # loaders built on it, and dicts of a loader's arguments
+            if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
+                continue
+            value = node.value
+            if isinstance(value, ast.Dict) and any(isinstance(v, ast.Name) and v.id in names
+                                                   for v in value.values):
+                names.add(node.targets[0].id)
+            if isinstance(value, ast.Call) and any(isinstance(k.value, ast.Name) and k.value.id in names
+                                                   and k.arg in ("sampler", None) for k in value.keywords):
+                names.add(node.targets[0].id)
+        for call in self.calls:
+            callee = last(call)
+            if callee in self.functions or callee == "DataLoader" or callee.endswith(("_loader", "Loader")):
+                continue
+            if isinstance(call.func, ast.Attribute) and call.func.attr in self.methods:
+                continue
+            values = list(call.args) + [k.value for k in call.keywords]
+            if any(isinstance(v, ast.Name) and v.id in names for v in values):
+                return True
+        return False
 
     def rule_padded_eval(self):
         for call in self.samplers():
@@ -504,6 +539,19 @@ class Checker:
                           if isinstance(c, ast.Call) and last(c) == "state_dict"]
         return found
 
+    def full_state(self, state_call):
+        """Inside `with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)`: the whole
+        model, gathered (FSDP1's way to save it)."""
+        return any(isinstance(a, ast.With) and any(
+            last(n) == "FULL_STATE_DICT" for item in a.items for n in ast.walk(item.context_expr)
+            if isinstance(n, (ast.Name, ast.Attribute))) for a in self.ancestors(state_call))
+
+    def of_ddp(self, state_call, line):
+        """`model.module.state_dict()` or a DDP wrapper's: a DDP model's state, not FSDP shards."""
+        owner = state_call.func.value if isinstance(state_call.func, ast.Attribute) else None
+        return (isinstance(owner, ast.Attribute) and owner.attr == "module") \
+            or "ddp" in self.kinds_of(owner, line)
+
     def rule_saves(self):
         shard_names = {"fully_shard", "FullyShardedDataParallel", "FSDP", "FSDPModule", "DTensor"}
         sharded = bool(shard_names & self.names) \
@@ -525,7 +573,8 @@ class Checker:
                              f"{ast.unparse(owner)}.module.state_dict()")
             if name not in ("torch.save", "save") or not states:
                 continue
-            if sharded:
+            if sharded and not all(self.full_state(state) or self.of_ddp(state, call.lineno)
+                                   for state in states):
                 self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes "
                          "its own shards; use torch.distributed.checkpoint (dcp.save)")
             elif not self.guarded(call):
@@ -656,7 +705,8 @@ class Checker:
                              "collides; let the launcher set MASTER_ADDR and MASTER_PORT")
 
     def rule_nccl_device(self):
-        set_at = [(c.lineno, self.function_of(c)) for c in self.calls if last(c) == "set_device"]
+        if any(last(c) == "set_device" for c in self.calls) or self.library:
+            return  # set before the first collective, or after init_process_group: either works
         for call in self.calls:
             if last(call) != "init_process_group" or keyword(call, "device_id") is not None:
                 continue
@@ -664,11 +714,9 @@ class Checker:
             if backend is None or not any(isinstance(n, ast.Constant) and "nccl" in str(n.value)
                                           for n in ast.walk(backend)):
                 continue
-            scopes = (self.function_of(call), self.tree)
-            if not any(line < call.lineno and scope in scopes for line, scope in set_at):
-                self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device before "
-                         "it: every rank's current GPU is GPU 0 until then; call "
-                         "torch.cuda.set_device(local_rank) first")
+            self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device: every "
+                     "rank's current GPU is GPU 0, where the *_object collectives put their tensors; call "
+                     "torch.cuda.set_device(local_rank) before init_process_group")
 
     def rule_zero(self):
         if "consolidate_state_dict" in self.attrs:

@@ -18,7 +18,6 @@ def main(dataset, epochs, accumulation):
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl")  # expect: DDP131
-    torch.cuda.set_device(local_rank)
     loader = DataLoader(dataset, batch_size=32, shuffle=True)  # expect: DDP010
     quiet = DataLoader(dataset, batch_size=32, shuffle=True)  # noqa: DDP010
     sampler = DistributedSampler(dataset)  # expect: DDP030
