@@ -326,11 +326,17 @@ def verdict(case: dict) -> str | None:
 
 def run_walk(root: Path = REPO, names: list[str] | None = None, timeout: float = 600) -> list[dict]:
     """The walk in a fresh Python process (so that nothing a script does stays in pytest's)."""
+    from captured_outputs import CpuPopen
+    from conftest import log_launch
+
     cmd = [sys.executable, __file__, "--walk", str(root), *(names or [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root,
-                          stdin=subprocess.DEVNULL)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"the walk failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    start = time.monotonic()
+    with CpuPopen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                  stdin=subprocess.DEVNULL) as proc:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    log_launch(" ".join(cmd), time.monotonic() - start, proc.cpu_seconds)
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, f"the walk failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
     return [json.loads(line) for line in lines]
 
 

@@ -329,9 +329,10 @@ def add_workload_args(parser):
     parser.add_argument("--download", action="store_true", help="fetch CIFAR-10 into --data-dir")
     parser.add_argument("--fake-size", type=positive_int, default=None,
                         help="FakeData images (implies --data fake; default: 512)")
-    parser.add_argument("--model", choices=sorted(MODELS), default="resnet18",
+    parser.add_argument("--model", choices=sorted(MODELS), default=None,
                         help="resnet18 (torchvision's, CIFAR stem) or small (three convolutions) "
-                             "(default: %(default)s)")
+                             "(default: resnet18 on a GPU, small on CPUs, where a ResNet-18 epoch "
+                             "takes minutes)")
     parser.add_argument("--steps-per-epoch", type=positive_int, default=None,
                         help="stop each epoch after this many steps (default: the whole epoch)")
     parser.add_argument("--warm-up", type=non_negative_int, default=2,
@@ -378,21 +379,32 @@ def check_steps(args, steps_per_epoch: int) -> int:
 
 def build_pipeline(args, train: Images, device: torch.device, sampler, seed: int,
                    local_world_size: int | None = None):
-    """(batches, description) for --variant: a DataLoader (bad, good) or DeviceBatches (device)."""
+    """(batches, description) for --variant: a DataLoader (bad, good) or DeviceBatches (device).
+    Without --model, the model follows the device (default_model): the description says which."""
+    how = default_model(args, device)
     latency_s = args.read_latency_ms / 1000
     if args.variant == "device":
         seconds = read_all(train, latency_s)
         batches = DeviceBatches(train, args.batch_size, device, sampler, seed, args.channels_last)
-        return batches, f"{len(train)} images read once ({seconds:.1f} s), kept on the device"
+        return batches, f"{len(train)} images read once ({seconds:.1f} s), kept on the device{how}"
     dataset = AugmentedImages(train)
     if latency_s > 0:
         dataset = SlowReads(dataset, latency_s)
     loader = image_loader(dataset, args.batch_size, device, args.variant, sampler, args.workers,
                           local_world_size)
     if args.variant == "bad":
-        return loader, "every image read and augmented in the training process, inside the step"
+        return loader, f"every image read and augmented in the training process, inside the step{how}"
     return loader, (f"every image read and augmented by {loader.num_workers} worker process(es) per rank, "
-                    "ahead of the step")
+                    f"ahead of the step{how}")
+
+
+def default_model(args, device: torch.device) -> str:
+    """--model when given (""); else ResNet-18 on a GPU and the small network on CPUs, where a
+    ResNet-18 epoch of the digits takes minutes: sets args.model, returns what to print."""
+    if args.model is not None:
+        return ""
+    args.model = "resnet18" if device.type == "cuda" else "small"
+    return f"; model={args.model} (the default on a {device.type.upper()}; --model resnet18|small picks)"
 
 
 def batch_race(split: Images, batches: DeviceBatches, batch_size: int, device: torch.device,

@@ -8,6 +8,8 @@ augmented there. Every step is timed (waiting for data against computing); after
 steps on one batch already on the device measure the step's own ceiling. --monitor-dir DIR:
 nvitop samples each node's GPUs and host (local rank 0) into DIR/monitor_<host>.csv and a plot.
 
+The model: --model resnet18 or small; without it, ResNet-18 on GPUs and the small one on CPUs.
+
 Run it:
     torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py --variant bad
     torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py --variant good
@@ -17,6 +19,9 @@ Run it:
     torchrun --standalone --nproc_per_node=4 scripts/12_scaling_and_performance/train_ddp.py \\
         --data-dir ~/data/cifar10 --batch-size 256 --variant device --channels-last --bf16 \\
         --monitor-dir monitor/                                                  # on GPUs
+The pitfall as the chapter shows it on CPUs: ResNet-18, and every image read waits 30 ms:
+    torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py \\
+        --model resnet18 --variant bad --epochs 1 --steps-per-epoch 8 --read-latency-ms 30
 """
 
 import os

@@ -6,6 +6,7 @@ augment one image at a time in a DataLoader; device keeps the data set on the de
 augments a batch at a time there. The data set: scikit-learn's digits (default), FakeData
 (--data fake) or CIFAR-10 (--data-dir). After training, steps on one batch already on the
 device measure the step's own ceiling.
+The model: --model resnet18 or small; without it, ResNet-18 on GPUs and the small one on CPUs.
 
 Run it:
     python scripts/12_scaling_and_performance/train_single.py --model small --variant device --batch-size 64
