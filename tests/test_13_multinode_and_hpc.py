@@ -208,7 +208,6 @@ def test_two_launches_in_one_job_both_finish():
         assert summary["port_from"] == "mpi_broadcast" and summary["params_identical"] == "yes", summary
 
 
-@pytest.mark.timed
 def test_two_launches_forced_onto_one_port_fail_fast_and_say_why():
     """The same, with one MASTER_PORT exported for both: the second launch fails at once (its
     rank 0 cannot listen; its rank 1 reached the first launch's rank 0, and stops), with a

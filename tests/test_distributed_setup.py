@@ -174,7 +174,6 @@ def test_unresolvable_master():
     assert_clear_error(result, "MASTER_ADDR='no-such-host.invalid' does not resolve")
 
 
-@pytest.mark.timed
 def test_unreachable_master_fails_within_the_timeout():
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -249,7 +248,6 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
     return proc.returncode, output
 
 
-@pytest.mark.timed
 def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_on():
     """Step 0's rank 0 listens; a rank 1 of step 1 of the same job reaches it (same port):
     it stops at once, long before its --timeout, and says so. Then step 0's own rank 1
@@ -277,7 +275,6 @@ def test_a_rank_that_reaches_another_launch_stops_at_once_and_that_launch_goes_o
     assert code == 0 and "summary: variant=good world_size=2" in output, output
 
 
-@pytest.mark.timed
 def test_two_launches_on_one_port_end_within_the_timeout():
     """Nothing tells two launches of one job apart (no launch id, no MPI): both derive the
     job's port, and a rank 1 of each reaches the same rank 0. One of them is left waiting,
@@ -309,7 +306,6 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-@pytest.mark.timed
 def test_a_wait_that_torch_does_not_bound_ends_at_the_timeout():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
