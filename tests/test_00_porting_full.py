@@ -198,3 +198,23 @@ def test_bad_flags_a_finished_checkpoint_and_a_bad_launch_end_with_a_message(fp3
                  env=clean_env(WORLD_SIZE="2"), timeout=60)
     assert result.returncode == 1 and "WORLD_SIZE > 1 without MASTER_ADDR and MASTER_PORT" in result.output
     assert not (tmp_path / "x.pt").exists()
+
+
+# --------------------------------------------------------------------------- on GPUs
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 2, reason=f"needs at least 2 visible CUDA GPUs ({GPUS} here)")
+def test_ddp_full_under_nccl_in_bf16_and_resumed(tmp_path):
+    """nccl, one GPU per process, bf16 autocast: it trains, counts every sample once, and the
+    checkpoint (every rank's CUDA generator gathered over nccl) resumes on the same GPUs."""
+    checkpoint = tmp_path / "full.pt"
+    common = [VENV_BIN / "torchrun", "--standalone", f"--nproc_per_node={GPUS}", TRAIN_DDP,
+              "--precision", "bf16", "--batch-size", "16", "--checkpoint", checkpoint]
+    first = run([*common, "--stop-after-epoch", "2"], env=clean_env(), timeout=300)
+    summary = assert_ran(first.output, first.returncode, GPUS, 0, 1) if GPUS == 2 else first.clean_summary()
+    assert summary["device"] == "cuda" and summary["backend"] == "nccl", summary
+    second = run([*common, "--resume"], env=clean_env(), timeout=300)
+    assert second.returncode == 0 and ": epoch 2, step " in second.output, second.output
+    assert torch.load(checkpoint, weights_only=True)["rng"][1]["cuda"] is not None
