@@ -3,6 +3,7 @@ preemption at a step every rank agrees on, under torchrun, MPI and a real Slurm.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -217,6 +218,37 @@ def test_a_killed_rank_leaves_no_loader_worker_behind_to_hold_the_output_open():
         pytest.fail(f"the killed process's loader workers outlived it and held its output open:\n{output}")
     assert proc.returncode == -signal.SIGKILL, output
     assert re.search(r"^workers \d+ \d+$", output, flags=re.M), output
+
+
+def test_the_restart_with_loader_workers_in_every_rank_ends_and_resumes(tmp_path):
+    """The GPU lane's restart, on CPUs: every rank's loader has worker processes, as on a
+    GPU (tests/loader_workers forces 2), the last rank is killed after step 10, torchrun
+    restarts the group, and the run resumes from step 8 and ends; its output ends too."""
+    pythonpath = os.pathsep.join(filter(None, [str(REPO / "tests" / "loader_workers"),
+                                               os.environ.get("PYTHONPATH")]))
+    token = f"{os.getpid()}-{time.monotonic_ns()}"  # marks every process this launch starts
+    env = {**os.environ, "PYTHONPATH": pythonpath, "LOADER_WORKERS_ON_CPU": "2", "CH14_LAUNCH": token,
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "torchrun"), "--standalone", "--nproc_per_node=2", "--max-restarts=1",
+         str(script(SCRIPT)), "--checkpoint-dir", str(tmp_path), "--fail-at-step", "10", "--epochs", "1"],
+        cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        for leftover in psutil.process_iter():  # the launch's processes, whatever their session
+            with contextlib.suppress(psutil.Error):
+                if leftover.environ().get("CH14_LAUNCH") == token:
+                    leftover.kill()
+        output, _ = proc.communicate()
+        pytest.fail(f"the restart's output never ended (a killed rank's loader workers?):\n{output}")
+    assert proc.returncode == 0, output
+    summary = parse_summary(output)
+    assert (summary["restart"], summary["resumed_from_step"], summary["steps"]) == ("1", "8", "16/16"), output
+    assert "rank 1: killed (SIGKILL) after step 10" in output
 
 
 # --------------------------------------------------------------------------- elastic membership
