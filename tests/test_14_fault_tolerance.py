@@ -189,37 +189,6 @@ def test_dies_mid_write_kills_its_process_at_the_byte_count(tmp_path):
     assert (tmp_path / "x.pt").stat().st_size == 5000
 
 
-ORPHANS_CODE = """
-import os, signal, sys
-import torch
-from torch.utils.data import TensorDataset
-from utils.data import make_loader
-loader = make_loader(TensorDataset(torch.arange(64.0)), 4, torch.device("cpu"), num_workers=2)
-batches = iter(loader)
-next(batches)  # the two workers (started through the forkserver, as on a GPU) are running
-print("workers", *(w.pid for w in batches._workers), flush=True)
-os.kill(os.getpid(), signal.SIGKILL)  # chapter 14's --fail-at-step: a crash, no clean-up
-"""
-
-
-def test_a_killed_rank_leaves_no_loader_worker_behind_to_hold_the_output_open():
-    """On a GPU every rank's loader has worker processes (utils/data.py's make_loader). A
-    rank killed by SIGKILL used to leave them running for ever (torch's watchdog in a worker
-    waits for its parent, the fork server, to go), holding the launcher's output open: the
-    GPU lane's chapter 14 restart never returned. Here the killed process's output must end,
-    which it does only once every process that holds it (workers, fork server) has exited."""
-    proc = subprocess.Popen([sys.executable, "-c", ORPHANS_CODE], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the session holds the orphans: end them all
-        output, _ = proc.communicate()
-        pytest.fail(f"the killed process's loader workers outlived it and held its output open:\n{output}")
-    assert proc.returncode == -signal.SIGKILL, output
-    assert re.search(r"^workers \d+ \d+$", output, flags=re.M), output
-
-
 def test_the_restart_with_loader_workers_in_every_rank_ends_and_resumes(tmp_path):
     """The GPU lane's restart, on CPUs: every rank's loader has worker processes, as on a
     GPU (tests/loader_workers forces 2), the last rank is killed after step 10, torchrun
