@@ -5,7 +5,8 @@ CUDA tensors. gloo computes in host memory. For the collectives that have a CUDA
 ProcessGroupGloo copies each CUDA tensor into a pinned host buffer, runs the collective
 there and copies the result back: all_reduce (DDP's gradients), broadcast, all_gather,
 all_gather_into_tensor and reduce_scatter_tensor (FSDP2's training), gather, barrier. The
-H200 recording (torch 2.11) ran chapters 01-17 through these in the shared mode.
+H200 recording (torch 2.11) ran the GPU lane's shared-mode cases (chapters 01-17) through
+these.
 
 The others must be given CPU tensors, so this module routes them through the CPU
 (``CPU_ROUTED``, ``collective_device()``):
