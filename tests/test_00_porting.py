@@ -331,7 +331,9 @@ def test_templates_say_what_to_set(tmp_path):
     """What is missing, said before anything starts (bash alone, no scheduler: a second each)."""
     cases = [("slurm_job.sh", {}, "not inside a Slurm job: submit it with sbatch"),
              ("pbs_job.sh", {"VENV": str(tmp_path)}, f"no virtual environment at VENV={tmp_path}: set VENV"),
-             ("pbs_job.sh", {"TRAIN_SCRIPT": "mine.py"}, f"no script at TRAIN_SCRIPT=mine.py in {tmp_path}")]
+             ("pbs_job.sh", {"TRAIN_SCRIPT": "mine.py"}, f"no script at TRAIN_SCRIPT=mine.py in {tmp_path}"),
+             ("pbs_job.sh", {"GPUS_PER_NODE": "four", "PBS_O_WORKDIR": str(REPO)},
+              "GPUS_PER_NODE=four: expected a whole number above 0 (ngpus above)")]
     for template, extra, message in cases:
         env = clean_env(HOME=str(tmp_path), **{**template_env(tmp_path), **extra})
         result = run(["bash", FOLDER / template], env=env, cwd=tmp_path, timeout=30)
