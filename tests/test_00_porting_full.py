@@ -111,6 +111,8 @@ def test_diff_holds_every_change_and_neither_script_imports_the_repository():
                    "dist.all_gather_object(rng_states", "model.module.state_dict()", "del model",
                    "dist.barrier()", "dist.destroy_process_group()"):
         assert any(change in line for line in code), change
+    # imported before init_process_group, so that destroy_process_group frees gloo (train_ddp.py too)
+    assert "\n+import torch.distributed.nn  #" in diff.output, diff.output
     for path in (FOLDER / "train_single_full.py", TRAIN_DDP):
         assert not re.search(r"^\s*(from|import) utils\b|sys\.path", path.read_text(), flags=re.M), path
 

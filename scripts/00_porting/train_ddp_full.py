@@ -25,6 +25,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 - imported before the group exists: see step 6
 from sklearn.datasets import load_digits
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -256,7 +257,8 @@ def main():
             save_atomically(state, args.checkpoint)
         if epoch + 1 == args.stop_after_epoch:
             break
-    # 6. Done. Leave the group together: DDP holds the group, so release it first.
+    # 6. Done. Leave the group together, and free it here: DDP holds the group, so release it first.
+    # (So does torch.distributed.nn, imported by the first DDP, unless it was imported before the group.)
     if rank == 0:
         print(f"summary: world_size={world_size} device={device.type} precision={args.precision} "
               f"epochs={epoch + 1} steps={step} skipped_steps={skipped_steps} final_loss={train_loss:.4f} "
