@@ -349,6 +349,18 @@ def selected_params(session: pytest.Session, test: str, param: str) -> list:
             if getattr(item, "originalname", "") == test]
 
 
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The site as `make docs` builds it (mkdocs build --strict; no repository address:
+    DDP_REPO_URL unset), built once per session for every test that reads it."""
+    out = tmp_path_factory.mktemp("site") / "site"
+    env = clean_env(NO_MKDOCS_2_WARNING="1")
+    env.pop("DDP_REPO_URL", None)
+    result = run([VENV_BIN / "mkdocs", "build", "--strict", "-d", out], env=env, timeout=120)
+    assert result.returncode == 0, result.output
+    return out
+
+
 def pytest_collection_finish(session):
     """Start the captured commands that test_site will compare, in the background."""
     paths = selected_params(session, "test_captured_output_matches_a_fresh_run", "path")

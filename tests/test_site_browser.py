@@ -20,7 +20,6 @@ import functools
 import http.server
 import os
 import re
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, run
+from conftest import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
 VIEWPORT = {"width": 1400, "height": 900}
@@ -44,15 +43,10 @@ def _missing(message: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as `make docs` builds it (no repository address: DDP_REPO_URL unset)."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    env = clean_env(NO_MKDOCS_2_WARNING="1")
-    env.pop("DDP_REPO_URL", None)
-    result = run([Path(sys.executable).parent / "mkdocs", "build", "--strict", "-d", out],
-                 env=env, timeout=120)
-    assert result.returncode == 0, result.output
-    return out
+def site(built_site: Path) -> Path:
+    """The site as `make docs` builds it (no repository address: DDP_REPO_URL unset), the one
+    build of the session (conftest's built_site, shared with test_site's strict build)."""
+    return built_site
 
 
 @dataclass
