@@ -98,6 +98,22 @@ def test_fixtures_get_exactly_the_expected_findings():
         assert findings(clean) == [], clean.name
 
 
+def test_device_id_alone_is_not_set_device(tmp_path):
+    """init_process_group(device_id=) binds the group to a GPU but leaves the current device at
+    GPU 0, where all_gather_object puts its tensors (torch 2.14: _object_to_tensor(obj,
+    "cuda")): DDP131 still fires; a set_device anywhere silences it."""
+    body = ("import os\nimport torch\nimport torch.distributed as dist\n\n\ndef main():\n"
+            "    local_rank = int(os.environ['LOCAL_RANK'])\n{set_device}"
+            "    dist.init_process_group('nccl', device_id=torch.device('cuda', local_rank))\n"
+            "    objects = [None] * dist.get_world_size()\n"
+            "    dist.all_gather_object(objects, dist.get_rank())\n\n\nmain()\n")
+    script = tmp_path / "train.py"
+    script.write_text(body.format(set_device=""))
+    assert [f["code"] for f in findings(script)] == ["DDP131"]
+    script.write_text(body.format(set_device="    torch.cuda.set_device(local_rank)\n"))
+    assert findings(script) == []
+
+
 def test_a_thousand_line_script_is_read_in_well_under_a_second():
     entry = 'if __name__ == "__main__":\n    main(None, 2, 4)\n'
     body = (FIXTURES / "pitfalls.py").read_text().replace(entry, "")

@@ -84,7 +84,7 @@ RULES = {rule.code: rule for rule in [
          "leave MASTER_PORT to the launcher, or derive it from the job id"),
     Rule("DDP131", "13", "chapters/13_multinode_and_hpc.md",
          "init_process_group with nccl and no torch.cuda.set_device: every rank's current GPU is GPU 0",
-         "torch.cuda.set_device(local_rank) before init_process_group (or pass device_id=)"),
+         "torch.cuda.set_device(local_rank) before init_process_group (device_id= alone leaves it at GPU 0)"),
     Rule("DDP150", "15", "chapters/15_torch_compile_ddp.md",
          "the compiled model's state_dict() saved: every key starts with '_orig_mod.'",
          "save the model inside the wrappers: model._orig_mod (and its .module under DDP), "
@@ -708,7 +708,7 @@ class Checker:
         if any(last(c) == "set_device" for c in self.calls) or self.library:
             return  # set before the first collective, or after init_process_group: either works
         for call in self.calls:
-            if last(call) != "init_process_group" or keyword(call, "device_id") is not None:
+            if last(call) != "init_process_group":  # device_id= binds the group, not the current GPU
                 continue
             backend = call.args[0] if call.args else keyword(call, "backend")
             if backend is None or not any(isinstance(n, ast.Constant) and "nccl" in str(n.value)
