@@ -94,10 +94,10 @@ cmd=(bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$job_id"
      "$TRAIN_SCRIPT" "${train_args[@]}")
 # torchrun needs all of the node's cores: it starts one process per GPU, each with its loader's
-# workers. Open MPI 5 binds each process it starts to one core (Open MPI 4: to one core for 2
-# processes or fewer, to a socket for more), and Cray PALS binds as the site set it up: tell
-# them not to bind (MPICH's Hydra binds nothing unless asked). A NODE_LAUNCHER that says how
-# to bind (--bind-to, --cpu-bind) is kept as it is.
+# workers. Open MPI binds each process it starts by default, to one core (2 processes or fewer;
+# more: a socket, or a core in some 5.x versions), and Cray PALS binds as the site set it up:
+# tell them not to bind (MPICH's Hydra binds nothing unless asked). A NODE_LAUNCHER that says
+# how to bind (--bind-to, --cpu-bind) is kept as it is.
 if [[ ${#nodes[@]} -gt 1 ]]; then  # one node: no launcher needed
     launcher_version=$("${node_launcher[0]}" --version 2>&1 || true)
     if [[ " $NODE_LAUNCHER " == *bind* ]]; then
