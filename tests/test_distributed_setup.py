@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import clean_env, output_or_fail, python, script
+from conftest import REPO, clean_env, output_or_fail, python, script
 
 from utils.distributed import (
     DistributedSetupError,
@@ -370,3 +370,30 @@ def test_mpiexec_with_mpi4py_but_no_mpi_library_as_the_user_sees_it(mpi4py_witho
                       OMPI_COMM_WORLD_LOCAL_SIZE="2")
     assert_clear_error(result, "no port was agreed", "mpi4py 4.1.2 is installed but no MPI library loads",
                        "(libmpi.so.12: cannot open shared object file)", "`make mpi`")
+
+
+def test_cleanup_frees_the_group_so_gloo_does_not_end_at_exit():
+    """After `del model` and cleanup_distributed(), gloo's threads are gone: the group is
+    freed where the script leaves it, not at exit after the other ranks have gone (which
+    aborted a rank now and then: "terminate called without an active exception"). Without
+    utils/distributed.py's early import of torch.distributed.nn, the first DDP model imports
+    it, its default arguments keep the world group, and 4 threads outlive the group."""
+    code = (
+        "import os, torch\n"
+        "from utils.distributed import setup_distributed, cleanup_distributed\n"
+        "threads = lambda: len(os.listdir('/proc/self/task'))\n"
+        "before = threads()\n"
+        "ctx = setup_distributed('gloo')\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))\n"
+        "model(torch.ones(1, 2)).sum().backward()\n"
+        "during = threads()\n"
+        "del model\n"
+        "cleanup_distributed()\n"
+        "print('threads', before, during, threads())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=clean_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert result.returncode == 0, result.stdout
+    before, during, after = map(int, result.stdout.split("threads")[-1].split())
+    assert during > before, f"no gloo threads to free? {result.stdout}"
+    assert after <= before, f"{before} threads before the group, {after} after cleanup_distributed()"

@@ -27,6 +27,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+# Imported before any process group exists. Its functions take ``group=group.WORLD`` as a
+# default argument, evaluated at import: imported later (the first DDP model imports it,
+# through torch._dynamo), they would hold the live world group for good, and
+# destroy_process_group() could not free it (gloo's threads then end at exit, after other
+# ranks may have gone). torch 2.14: torch/distributed/nn/functional.py.
+import torch.distributed.nn  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel
 
 from utils.devices import (  # noqa: F401 - public names, importable from here
@@ -142,7 +149,8 @@ def cleanup_distributed() -> None:
     Release the DDP model first (``del model``): DDP holds the process group, so while it
     lives destroy_process_group() only forgets the group, and gloo tears it down later, at
     exit, when other ranks may be gone: the process can then abort with "terminate called
-    without an active exception". A still-living DDP model is reported here.
+    without an active exception". A still-living DDP model is reported here. (This module
+    imports torch.distributed.nn before any group, for the same reason: see the import.)
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
