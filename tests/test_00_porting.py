@@ -276,10 +276,11 @@ def test_more_processes_than_gpus_stop_before_set_device(tmp_path):
     invalid device ordinal' (the H200 recording). Now each process says what happened and the
     ways out, and exits 1 before it touches a GPU."""
     env = fake_gpus(tmp_path, 1)
-    alone = run([sys.executable, REPO / TRAIN_DDP], env={**env, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-                cwd=tmp_path, timeout=60)
-    assert alone.returncode == 1 and GPU_SHORTAGE in alone.output, alone.output
-    assert "Traceback" not in alone.output, alone.output
+    for path in (TRAIN_DDP, "scripts/00_porting/train_ddp_full.py"):  # the real-script pair too
+        alone = run([sys.executable, REPO / path], env={**env, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+                    cwd=tmp_path, timeout=60)
+        assert alone.returncode == 1 and GPU_SHORTAGE in alone.output, (path, alone.output)
+        assert "Traceback" not in alone.output, alone.output
     result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2", REPO / TRAIN_DDP],
                  env=env, cwd=tmp_path, timeout=120)
     assert result.returncode == 1 and GPU_SHORTAGE in result.output, result.output

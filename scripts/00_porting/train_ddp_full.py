@@ -144,7 +144,8 @@ def save_atomically(state, path):
 
 
 def check_launch():
-    """Exit 1 with a message for a launch that would hang, or train N copies each alone."""
+    """Exit 1 with a message for a launch that would hang, train N copies each alone, or start
+    more processes on a node than it has GPUs."""
     if "WORLD_SIZE" not in os.environ:  # no torchrun: did mpiexec or srun start several copies?
         size = os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or (
             os.environ.get("SLURM_NTASKS") if "SLURM_STEP_ID" in os.environ else None)
@@ -154,6 +155,12 @@ def check_launch():
     elif int(os.environ["WORLD_SIZE"]) > 1 and not {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys():
         sys.exit("WORLD_SIZE > 1 without MASTER_ADDR and MASTER_PORT: launch with torchrun "
                  "(torchrun --nproc_per_node=N train_ddp_full.py), which sets them")
+    processes = max(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)) + 1)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if 0 < gpus < processes:  # set_device would fail with "invalid device ordinal"
+        sys.exit(f"{processes} processes on this node, but it has {gpus} GPU(s): start one process per "
+                 f"GPU (torchrun --nproc_per_node={gpus}), or train on the CPUs with gloo: hide the "
+                 "GPUs with CUDA_VISIBLE_DEVICES= in front of the command")
 
 
 def main():
@@ -170,6 +177,7 @@ def main():
     backend = "nccl" if device.type == "cuda" else "gloo"
     store = None if world_size > 1 else dist.HashStore()  # no launcher: a group of one, no address
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            device_id=device if device.type == "cuda" else None,  # this rank's GPU
                             timeout=datetime.timedelta(minutes=5))  # a lost rank: an error, no hang
     # 2. The data: a loader that shuffles every epoch, and the held-out set.
     train_set, held_out = make_datasets()
