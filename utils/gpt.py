@@ -279,8 +279,8 @@ def add_gpt_args(parser: argparse.ArgumentParser, *, steps: int) -> argparse.Arg
                         help="the model's size: cpu (about 0.1M parameters, seconds on a laptop) "
                         "or gpu (about 10.7M, nanoGPT's shakespeare-char shape) (default: %(default)s)")
     parser.add_argument("--text-file", type=existing_file, metavar="FILE", default=None,
-                        help="train on this UTF-8 text (paragraphs are the documents) instead of "
-                        "the generated corpus")
+                        help="train on this UTF-8 text instead of the generated corpus: its "
+                        "paragraphs are the documents (its lines, if it has no blank line)")
     parser.add_argument("--steps", type=positive_int, default=steps,
                         help="optimizer steps (default: %(default)s)")
     parser.add_argument("--global-batch-size", type=positive_int, default=None,
@@ -314,7 +314,8 @@ def load_corpus(args: argparse.Namespace, parser: argparse.ArgumentParser | None
     corpus = build_corpus(text, args.block_size)
     held_out = len(corpus.inputs) - corpus.num_train
     if corpus.num_train < args.global_batch_size or held_out < 1:
-        usage_error(f"argument --text-file: {name} makes {len(corpus.inputs)} documents, fewer than "
+        where = "argument --text-file: " if args.text_file is not None else "the corpus: "
+        usage_error(f"{where}{name} makes {len(corpus.inputs)} documents, fewer than "
                     f"one --global-batch-size ({args.global_batch_size}) plus held-out ones: give a "
                     "longer text or a smaller --global-batch-size", parser)
     about = (f"corpus: {name}, {len(text)} characters, sha256 {sha256(text)}, "

@@ -121,19 +121,20 @@ def forward_backward(train_model, ddp, corpus, micro_batches, variant, ctx, auto
     for k, rows in enumerate(micro_batches):
         inputs, targets = corpus.inputs[rows].to(ctx.device), corpus.targets[rows].to(ctx.device)
         last = k == len(micro_batches) - 1
-        with ddp.no_sync() if not last else contextlib.nullcontext(), autocast:
-            total = token_loss_sum(train_model, inputs, targets)
-            if variant == "bad":
-                # --8<-- [start:bad]
-                # bad: the mean over this rank's tokens (of this micro-batch); DDP then
-                # averages the ranks' gradients as if every rank had as many tokens.
-                loss = total / counts[k] / len(micro_batches)
-                # --8<-- [end:bad]
-            else:
-                # --8<-- [start:good_loss]
-                # DDP divides the summed gradients by the world size: multiply it back.
-                loss = total / global_tokens * ctx.world_size
-                # --8<-- [end:good_loss]
+        with ddp.no_sync() if not last else contextlib.nullcontext():
+            with autocast:  # the forward and the loss only: backward runs outside autocast
+                total = token_loss_sum(train_model, inputs, targets)
+                if variant == "bad":
+                    # --8<-- [start:bad]
+                    # bad: the mean over this rank's tokens (of this micro-batch); DDP then
+                    # averages the ranks' gradients as if every rank had as many tokens.
+                    loss = total / counts[k] / len(micro_batches)
+                    # --8<-- [end:bad]
+                else:
+                    # --8<-- [start:good_loss]
+                    # DDP averages the ranks' gradients (divides by the world size): multiply it back.
+                    loss = total / global_tokens * ctx.world_size
+                    # --8<-- [end:good_loss]
             loss.backward()
         loss_sum += total.detach()
     return loss_sum, here
@@ -214,7 +215,8 @@ def main() -> None:
         if step == 1:
             start = synchronized_clock(ctx.device)
         with autocast:
-            (token_loss_sum(train_model, inputs, targets) / (targets != -100).sum()).backward()
+            loss = token_loss_sum(train_model, inputs, targets) / (targets != -100).sum()
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     seconds = (synchronized_clock(ctx.device) - start) / args.ceiling_steps
