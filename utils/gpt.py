@@ -232,8 +232,10 @@ def flops_per_token(model: GPT, block_size: int) -> float:
     return 6 * params + 12 * len(model.blocks) * dim * block_size
 
 
-# Dense bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets (no sparsity).
-PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
+# Dense bf16 tensor-core peaks, TFLOP/s, from NVIDIA's data sheets (no sparsity: half the
+# sheets' "with sparsity" figures). The first key found in the card's name wins, so the
+# variants come before "H100".
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 
 def peak_tflops(device: torch.device, given: float | None) -> float | None:
