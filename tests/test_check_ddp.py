@@ -47,6 +47,7 @@ BAD_VARIANTS = {
     "15_torch_compile_ddp/compile_ddp.py": {"DDP150"},
     "16_fsdp/sharded_checkpoint.py": {"DDP160"},
     "17_zero_and_beyond/zero_checkpoint.py": {"DDP170"},
+    "18_transformer/gpt_ddp.py": {"DDP180"},
 }
 
 
@@ -93,7 +94,7 @@ def test_fixtures_get_exactly_the_expected_findings():
     pitfalls = FIXTURES / "pitfalls.py"
     found = {(f["line"], f["code"]) for f in findings(pitfalls)}
     assert found == expected_in(pitfalls)
-    assert {code for _, code in found} >= {"DDP010", "DDP020", "DDP130", "DDP131", "DDP060"}
+    assert {code for _, code in found} >= {"DDP010", "DDP020", "DDP130", "DDP131", "DDP060", "DDP180"}
     for clean in sorted(FIXTURES.glob("clean*.py")):
         assert findings(clean) == [], clean.name
 

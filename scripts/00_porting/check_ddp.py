@@ -97,6 +97,11 @@ RULES = {rule.code: rule for rule in [
          "a ZeroRedundancyOptimizer's state_dict() without consolidate_state_dict(): an error, or one "
          "rank's shard",
          "optimizer.consolidate_state_dict(to=0) on every rank, then rank 0 saves optimizer.state_dict()"),
+    Rule("DDP180", "18", "chapters/18_transformer.md",
+         "warning: a token loss averaged over this rank's own tokens (padding masked out): DDP then "
+         "averages the ranks' gradients, so a token weighs more on a rank with fewer tokens",
+         "loss = token_sum / global_tokens * world_size, global_tokens being the token count "
+         "all-reduced over the ranks"),
 ]}
 # --8<-- [end:rules]
 
@@ -394,7 +399,7 @@ class Checker:
             for rule in (self.rule_loader, self.rule_collective_branch, self.rule_set_epoch,
                          self.rule_padded_eval, self.rule_saves, self.rule_load, self.rule_no_sync,
                          self.rule_fp16, self.rule_batchnorm, self.rule_module_call,
-                         self.rule_port, self.rule_nccl_device, self.rule_zero):
+                         self.rule_port, self.rule_nccl_device, self.rule_zero, self.rule_token_mean):
                 rule()
         return self.findings
 
@@ -732,6 +737,104 @@ class Checker:
                          "consolidate_state_dict(): PyTorch refuses it, and its .optim holds one rank's "
                          "shard; call "
                          "optimizer.consolidate_state_dict(to=0) on every rank first")
+
+    # -- DDP180: the loss over sequences of different lengths
+    def assigned(self, name, scope):
+        """The values assigned to `name` in `scope` (and at module level)."""
+        if not hasattr(self, "_assignments"):
+            self._assignments = {}  # name -> [(value, scope)], made once
+            for n in self.nodes:
+                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                    where = self.function_of(n)
+                    for target in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                        for t in ast.walk(target):
+                            if isinstance(t, ast.Name):
+                                self._assignments.setdefault(t.id, []).append((n.value, where))
+        return [value for value, where in self._assignments.get(name, []) if where in (scope, self.tree)]
+
+    def global_names(self):
+        """Names all-reduced (their first argument), and the names computed from them."""
+        names = {n.id for c in self.calls if last(c) == "all_reduce" and c.args
+                 for n in ast.walk(c.args[0]) if isinstance(n, ast.Name)}
+        assigns = [n for n in self.nodes if isinstance(n, ast.Assign)]
+        changed = True
+        while changed:
+            changed = False
+            for node in assigns:
+                if any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node.value)):
+                    for target in node.targets:
+                        for t in ast.walk(target):
+                            if isinstance(t, ast.Name) and t.id not in names:
+                                names.add(t.id)
+                                changed = True
+        return names
+
+    @staticmethod
+    def is_count(node):
+        """`(targets != pad).sum()`, `mask.sum()`, `labels.ne(pad).sum()`, `count_nonzero`: a count
+        of the real tokens."""
+        for call in ast.walk(node):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+                continue
+            if call.func.attr == "count_nonzero":
+                return True
+            if call.func.attr == "sum" and any(
+                    isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and last(n) in ("ne", "gt"))
+                    or (isinstance(n, (ast.Name, ast.Attribute)) and "mask" in last(n).lower())
+                    for n in ast.walk(call.func.value)):
+                return True
+        return False
+
+    def backpropagated(self):
+        """(expression, scope) of every value whose .backward() is called (through scaler.scale
+        too), a name standing for the values assigned to it in its function."""
+        out = []
+        for call in self.calls:
+            if last(call) != "backward" or not isinstance(call.func, ast.Attribute):
+                continue
+            value, scope = call.func.value, self.function_of(call)
+            if isinstance(value, ast.Call) and last(value) == "scale" and value.args:
+                value = value.args[0]
+            todo, seen = [value], set()
+            while todo:
+                expr = todo.pop()
+                out.append((expr, scope))
+                for name in {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - seen:
+                    seen.add(name)
+                    todo += self.assigned(name, scope)
+        return out
+
+    def rule_token_mean(self):
+        wrappers = {"DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"}
+        if not any(last(c) in wrappers for c in self.calls):
+            return
+        glob, local, fixed = self.global_names(), [], False
+        for expr, scope in self.backpropagated():
+            for div in ast.walk(expr):
+                if not (isinstance(div, ast.BinOp) and isinstance(div.op, ast.Div)):
+                    continue
+                names = {n.id for n in ast.walk(div.right) if isinstance(n, ast.Name)}
+                if names & glob:
+                    fixed = True  # divided by an all-reduced count somewhere: the fix is in the script
+                elif self.is_count(div.right) or any(self.is_count(v) for name in names
+                                                     for v in self.assigned(name, scope)):
+                    local.append(div)
+        if fixed:
+            return
+        for div in dict.fromkeys(local):
+            self.add("DDP180", div, f"warning: `{ast.unparse(div)}` divides the loss by this rank's own "
+                     "token count: DDP then averages the ranks' gradients, so a token weighs more on a rank "
+                     "with fewer; divide by the all-reduced global count times the world size")
+        for call in self.calls:
+            if last(call) not in ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss") \
+                    or keyword(call, "ignore_index") is None or self.in_no_grad(call):
+                continue
+            reduction = keyword(call, "reduction")
+            if reduction is None or (isinstance(reduction, ast.Constant) and reduction.value == "mean"):
+                self.add("DDP180", call, f"warning: {last(call)}(ignore_index=...) averages over this rank's "
+                         "own real tokens: DDP then averages the ranks' gradients, so a token weighs more "
+                         "on a rank with fewer; use reduction=\"sum\" and divide by the all-reduced global "
+                         "count times the world size")
 
 
 # ------------------------------------------------------------------------ reading files

@@ -1,6 +1,7 @@
 """Right ways the rules must not flag, in the shapes real scripts give them, for
 tests/test_check_ddp.py (no finding): a save in a method called on rank 0 only, a sampler
-handed to a training function of another file, and FSDP's full state dict saved by rank 0.
+handed to a training function of another file, FSDP's full state dict saved by rank 0, and
+a loss over padded sequences divided by the all-reduced global token count.
 Never run: it only has to parse."""
 
 import torch
@@ -34,6 +35,18 @@ def save_full(model, rank):
         torch.save(state, "model.pt")
 
 
+def token_mean_global(model, loader, optimizer, pad, world_size):
+    """Chapter 18's fix: the token sum over the global token count, times the world size."""
+    for tokens, targets in loader:
+        flat = targets.flatten()
+        global_tokens = (flat != pad).sum()
+        dist.all_reduce(global_tokens)
+        logits = model(tokens).flatten(0, 1)
+        total = torch.nn.functional.cross_entropy(logits, flat, ignore_index=pad, reduction="sum")
+        (total / global_tokens * world_size).backward()
+        optimizer.step()
+
+
 def main(dataset, model, rank, local_rank, epochs):
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
@@ -44,6 +57,7 @@ def main(dataset, model, rank, local_rank, epochs):
         train_one_epoch(model, loader, epoch)
     Trainer(model, local_rank).train(epochs)
     save_full(FSDP(model), rank)
+    token_mean_global(model, loader, None, -100, 2)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,21 @@ def main(dataset, epochs, accumulation):
         model.module.load_state_dict(state)
         outputs = model.module(x)  # expect: DDP110
         outputs.sum().backward()
+    token_mean(model, loader, optimizer, -100)
     del quiet, loader
+
+
+def token_mean(model, loader, optimizer, pad):
+    """Padded sequences: each rank's loss the mean over its own real tokens (chapter 18)."""
+    criterion = nn.CrossEntropyLoss(ignore_index=pad)  # expect: DDP180
+    for tokens, targets in loader:
+        logits, flat = model(tokens).flatten(0, 1), targets.flatten()
+        loss = nn.functional.cross_entropy(logits, flat, ignore_index=pad)  # expect: DDP180
+        per_token = nn.functional.cross_entropy(logits, flat, reduction="none")
+        mask = flat != pad
+        masked = (per_token * mask).sum() / mask.sum()  # expect: DDP180
+        (loss + masked + criterion(logits, flat)).backward()
+        optimizer.step()
 
 
 if __name__ == "__main__":
