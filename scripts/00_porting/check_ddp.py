@@ -771,8 +771,8 @@ class Checker:
 
     @staticmethod
     def is_count(node):
-        """`(targets != pad).sum()`, `mask.sum()`, `labels.ne(pad).sum()`, `count_nonzero`: a count
-        of the real tokens."""
+        """`(targets != pad).sum()`, `mask.sum()`, `batch["attention_mask"].sum()`,
+        `labels.ne(pad).sum()`, `count_nonzero`: a count of the real tokens."""
         for call in ast.walk(node):
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
                 continue
@@ -781,6 +781,7 @@ class Checker:
             if call.func.attr == "sum" and any(
                     isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and last(n) in ("ne", "gt"))
                     or (isinstance(n, (ast.Name, ast.Attribute)) and "mask" in last(n).lower())
+                    or (isinstance(n, ast.Constant) and "mask" in str(n.value).lower())
                     for n in ast.walk(call.func.value)):
                 return True
         return False
