@@ -95,6 +95,12 @@ def test_fixtures_get_exactly_the_expected_findings():
     found = {(f["line"], f["code"]) for f in findings(pitfalls)}
     assert found == expected_in(pitfalls)
     assert {code for _, code in found} >= {"DDP010", "DDP020", "DDP130", "DDP131", "DDP060", "DDP180"}
+    # no function at all: the training loop at module level still gets DDP030, and a sampler
+    # built inside DataLoader(...) and read under no_grad still gets DDP031
+    module_level = FIXTURES / "pitfalls_module_level.py"
+    found = {(f["line"], f["code"]) for f in findings(module_level)}
+    assert found == expected_in(module_level)
+    assert sorted(code for _, code in found) == ["DDP030", "DDP031", "DDP031"]
     for clean in sorted(FIXTURES.glob("clean*.py")):
         assert findings(clean) == [], clean.name
 
@@ -164,6 +170,17 @@ def test_command_line_as_a_user_meets_it(tmp_path):
     assert "set_epoch" in explained.output and "## DDP031" not in explained.output
     clean = run([sys.executable, CHECKER, FIXTURES / "clean.py"], timeout=60)
     assert clean.returncode == 0 and clean.output == "no findings (1 file(s) checked)\n", clean.output
+    # a one-device script: the rules do not apply, and the summary says so (exit 0, a json field)
+    single = "scripts/00_porting/train_single.py"
+    note = (f"{single}: no torch.distributed in it: the DDP rules do not apply (check the DDP version of "
+            "your script)")
+    plain = run([sys.executable, CHECKER, single], timeout=60)
+    assert plain.returncode == 0 and plain.output == f"{note} (1 file(s) checked)\n", plain.output
+    both = run([sys.executable, CHECKER, single, FIXTURES / "clean.py"], timeout=60)
+    assert both.returncode == 0 and both.output == f"no findings; {note} (2 file(s) checked)\n", both.output
+    machine = run([sys.executable, CHECKER, "--format", "json", single, FIXTURES / "clean.py"], timeout=60)
+    assert machine.returncode == 0 and json.loads(machine.output) == {
+        "findings": [], "errors": [], "not_distributed": [single]}, machine.output
 
 
 # --------------------------------------------------------------------------- preflight

@@ -232,7 +232,9 @@ class Checker:
             if isinstance(node, ast.Name) and node.id in self.functions and node.id not in seen:
                 seen.add(node.id)
                 todo.extend(ast.walk(self.functions[node.id]))
-        self.library = not seen  # helpers for another file, which may hold the fix
+        # helpers for another file, which may hold the fix; a file with no function at all is a
+        # script whose training loop is at module level, not a library
+        self.library = bool(self.functions) and not seen
         return seen if seen else set(self.functions)
 
     def _walk(self, node):
@@ -501,17 +503,23 @@ class Checker:
                     or (drop_last is not None and not is_false(drop_last)):
                 continue
             assign = self.parents.get(call)
-            if not (isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Name)):
+            if isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Name):
+                sampler = assign.targets[0].id
+                loaders = [c for c in self.calls if last(c) == "DataLoader" and isinstance(
+                    keyword(c, "sampler"), ast.Name) and keyword(c, "sampler").id == sampler]
+            elif isinstance(assign, ast.keyword) and assign.arg == "sampler":  # DataLoader(sampler=DS(...))
+                loaders = [c for c in self.calls if last(c) == "DataLoader" and keyword(c, "sampler") is call]
+            else:
                 continue
-            sampler = assign.targets[0].id
-            for loader_call in self.calls:
-                s = keyword(loader_call, "sampler")
-                if last(loader_call) != "DataLoader" or not (isinstance(s, ast.Name) and s.id == sampler):
-                    continue
+            for loader_call in loaders:
                 holder = self.parents.get(loader_call)
-                if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
+                if isinstance(holder, (ast.For, ast.comprehension)) and holder.iter is loader_call:
+                    evaluated = self.in_no_grad(loader_call)  # for x in DataLoader(...):
+                elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
+                    evaluated = self.evaluated(holder.targets[0].id)
+                else:
                     continue
-                if self.evaluated(holder.targets[0].id):
+                if evaluated:
                     self.add("DDP031", call, "an evaluation loader's DistributedSampler pads the shards with "
                              "repeated samples: they are counted twice; give rank r the samples "
                              "range(r, N, world_size), or evaluate on rank 0 alone")
@@ -911,7 +919,7 @@ def explain(code):
 
 
 def main_check(args):
-    results, unreadable = [], []
+    results, unreadable, plain = [], [], []
     for path in args.paths:
         try:
             text, tree = read_source(path)
@@ -919,16 +927,25 @@ def main_check(args):
             unreadable.append(str(error))
             continue
         results += check_source(text, tree, path)
+        if not Checker(tree).distributed:
+            plain.append(path)  # a one-device script: the rules do not apply to it
     if args.format == "json":
-        print(json.dumps({"findings": results, "errors": unreadable}, indent=2))
+        print(json.dumps({"findings": results, "errors": unreadable, "not_distributed": plain}, indent=2))
     else:
         for error in unreadable:
             print(f"check_ddp: {error}", file=sys.stderr)
         for finding in results:
             print(format_finding(finding))
         files = len({f["path"] for f in results})
-        print(f"{len(results)} finding{'s' * (len(results) != 1)} in {files} file{'s' * (files != 1)}"
-              if results else "no findings", f"({len(args.paths) - len(unreadable)} file(s) checked"
+        checked = len(args.paths) - len(unreadable)
+        summary = (f"{len(results)} finding{'s' * (len(results) != 1)} in {files} file{'s' * (files != 1)}"
+                   if results else "no findings")
+        if plain:
+            them = "it" if len(plain) == 1 else "them"
+            note = (f"{', '.join(map(str, plain))}: no torch.distributed in {them}: the DDP rules do not "
+                    "apply (check the DDP version of your script)")
+            summary = note if not results and len(plain) == checked else f"{summary}; {note}"
+        print(summary, f"({checked} file(s) checked"
               + (f", {len(unreadable)} unreadable)" if unreadable else ")"))
     return 2 if unreadable else 1 if results else 0
 
