@@ -54,6 +54,11 @@ RULES = {rule.code: rule for rule in [
     Rule("DDP031", "03", "chapters/03_distributed_sampler.md",
          "an evaluation through a DistributedSampler: it pads the shards with repeated samples",
          "give rank r the samples range(r, len(dataset), world_size), or evaluate on rank 0 alone"),
+    Rule("DDP032", "03", "chapters/03_distributed_sampler.md",
+         "the whole evaluation set read on every rank, then all-reduced: each sample counted world_size "
+         "times",
+         "give rank r the samples range(r, len(dataset), world_size) before the all_reduce, or evaluate "
+         "on rank 0 alone without it"),
     Rule("DDP040", "04", "chapters/04_logging_and_checkpoints.md",
          "torch.save of a state_dict on every rank: N writers of one file",
          "save on rank 0 alone (if rank == 0:), then dist.barrier() before anyone reads it"),
@@ -115,6 +120,7 @@ RANK_CALLS = {"get_rank", "is_main_process", "get_global_rank"}
 # A save under these runs once per node (a local rank or GPU id): taken as guarded too.
 GUARD_NAMES = RANK_NAMES | {"local_rank", "node_rank", "gpu_id", "gpu"}
 NO_GRAD = {"no_grad", "inference_mode"}
+BUILTINS = {"len", "enumerate", "iter", "next", "zip", "list", "tuple", "print", "isinstance", "sorted"}
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
 NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
@@ -399,8 +405,8 @@ class Checker:
     def check(self):
         if self.distributed:
             for rule in (self.rule_loader, self.rule_collective_branch, self.rule_set_epoch,
-                         self.rule_padded_eval, self.rule_saves, self.rule_load, self.rule_no_sync,
-                         self.rule_fp16, self.rule_batchnorm, self.rule_module_call,
+                         self.rule_padded_eval, self.rule_full_eval, self.rule_saves, self.rule_load,
+                         self.rule_no_sync, self.rule_fp16, self.rule_batchnorm, self.rule_module_call,
                          self.rule_port, self.rule_nccl_device, self.rule_zero, self.rule_token_mean):
                 rule()
         return self.findings
@@ -451,8 +457,10 @@ class Checker:
         return [c for c in self.calls if last(c) == "DistributedSampler"]
 
     def rule_set_epoch(self):
-        epoch_loop = any(isinstance(n, ast.For) and any(isinstance(t, ast.Name) and "epoch" in t.id.lower()
-                                                        for t in ast.walk(n.target)) for n in self.nodes)
+        epoch_loop = any(isinstance(n, ast.For) and (  # for epoch in ...: or for ep in range(args.epochs):
+            any(isinstance(t, ast.Name) and "epoch" in t.id.lower() for t in ast.walk(n.target))
+            or any(isinstance(t, (ast.Name, ast.Attribute)) and "epoch" in last(t).lower()
+                   for t in ast.walk(n.iter))) for n in self.nodes)
         if "set_epoch" in self.attrs or not epoch_loop or self.library:
             return  # set_epoch called, or no epoch loop: one pass, nothing to reshuffle
         for call in self.samplers():
@@ -486,6 +494,8 @@ class Checker:
             callee = last(call)
             if callee in self.functions or callee == "DataLoader" or callee.endswith(("_loader", "Loader")):
                 continue
+            if isinstance(call.func, ast.Name) and callee in BUILTINS:
+                continue  # len(loader), enumerate(loader): no set_epoch in them
             if isinstance(call.func, ast.Attribute) and call.func.attr in self.methods:
                 continue
             values = list(call.args) + [k.value for k in call.keywords]
@@ -523,6 +533,45 @@ class Checker:
                     self.add("DDP031", call, "an evaluation loader's DistributedSampler pads the shards with "
                              "repeated samples: they are counted twice; give rank r the samples "
                              "range(r, N, world_size), or evaluate on rank 0 alone")
+                    break
+
+    def rule_full_eval(self):
+        """An unsharded loader read under no_grad on every rank, with a sum of the loop all-reduced
+        after it in the same function: every rank adds the same samples."""
+        loaders = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                    and last(node.value) == "DataLoader" and isinstance(node.targets[0], ast.Name):
+                loaders.setdefault(node.targets[0].id, []).append(node.value)
+        for loop in self.nodes:
+            if not isinstance(loop, ast.For):
+                continue
+            source = loop.iter
+            if isinstance(source, ast.Call) and last(source) == "enumerate" and source.args:
+                source = source.args[0]
+            calls = loaders.get(source.id, []) if isinstance(source, ast.Name) else (
+                [source] if isinstance(source, ast.Call) and last(source) == "DataLoader" else [])
+            if not calls or not self.in_no_grad(loop.iter) or self.guarded(loop):
+                continue
+            scope = self.function_of(loop)
+            tainted = self.rank_tainted(scope)
+            if any(keyword(c, "sampler") is not None or keyword(c, "batch_sampler") is not None
+                   or (c.args and self.is_rank_test(c.args[0], tainted=tainted)) for c in calls):
+                continue  # a sampler, or this rank's own shard of the data set
+            sums = {n.target.id for stmt in loop.body for n in ast.walk(stmt)
+                    if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+            for node in ast.walk(scope):  # and the values made from them after the loop
+                if sums and isinstance(node, ast.Assign) and node.lineno > loop.end_lineno and any(
+                        isinstance(n, ast.Name) and n.id in sums for n in ast.walk(node.value)):
+                    sums |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            for call in self.calls:
+                if last(call) == "all_reduce" and call.args and call.lineno > loop.end_lineno \
+                        and self.function_of(call) is scope \
+                        and any(isinstance(n, ast.Name) and n.id in sums for n in ast.walk(call.args[0])):
+                    self.add("DDP032", call, f"every rank reads the whole of {ast.unparse(loop.iter)} (no "
+                             "sampler), then all_reduce adds the ranks' sums: each sample is counted "
+                             "world_size times; give rank r the samples range(r, N, world_size), or "
+                             "evaluate on rank 0 alone")
                     break
 
     def evaluated(self, loader):
