@@ -33,12 +33,14 @@ memory.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:  # imported where used: torch.distributed.tensor takes 0.4 s to import, and
+    # every rank of every chapter imports this module (through utils/distributed.py)
+    from torch.distributed.device_mesh import DeviceMesh
 
 # op -> why the shared mode gives it CPU tensors
 CPU_ROUTED: dict[str, str] = {
@@ -79,6 +81,8 @@ def collective_device(backend: str, device: torch.device, op: str) -> torch.devi
 def _cpu_mesh(mesh: DeviceMesh) -> DeviceMesh:
     """The same mesh (same ranks, same gloo groups, so the same --timeout) for CPU tensors:
     no new process group is made."""
+    from torch.distributed.device_mesh import DeviceMesh
+
     if mesh.ndim == 1:
         return DeviceMesh.from_group(mesh.get_group(), "cpu", mesh_dim_names=mesh.mesh_dim_names)
     names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
@@ -95,6 +99,8 @@ def gather_through_cpu(state: Mapping[str, Any], *, to_all: bool) -> dict[str, A
     ``get_model_state_dict(full_state_dict=True, cpu_offload=True)`` does. Values come back
     on the CPU; plain tensors are copied to it as they are.
     """
+    from torch.distributed.tensor import DTensor
+
     meshes: dict[int, DeviceMesh] = {}
     keep = to_all or dist.get_rank() == 0
     full: dict[str, Any] = {}
