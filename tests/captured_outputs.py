@@ -58,7 +58,9 @@ EXIT_CODES = OUTPUTS / "exit_codes.json"
 LOG_LINE = re.compile(r"^\[?[WIE]\d{4} |^\*{5,}|^\s*$")
 # Wall clock, masked: durations ("0.172 s", "epoch_time=0.163s") and rates ("10303 samples/s",
 # "21838 tokens/s").
-SECONDS = re.compile(r"(?<![\w.])\d+(\.\d+)? ?s\b")
+# A difference of two readings can be negative ("DDP extra -0.1034 s": noise): its sign is
+# masked too, and the spaces that right-align it in a column.
+SECONDS = re.compile(r"(?<![\w.-]) *-?\d+(\.\d+)? ?s\b")
 RATE = re.compile(r"(?<![\w.])\d+ (?:samples|tokens)/s\b|(?<![\w.])\d+(\.\d+)? ?GB/s\b")  # and 0.69 GB/s
 # Ratios of wall-clock readings, masked with them: a value printed after a key that ends in
 # "share", "efficiency", "speedup" or "timing_ratio" ("data_wait_share=18.2%",

@@ -133,7 +133,6 @@ def test_fixed_port_second_job_on_the_node_fails():
     first = mpi_job("openmpi", "1001.pbs", "--variant", "bad", "--epochs", "40")  # a longer job
     first.wait_for("rank 0 listens on")
     second = mpi_job("openmpi", "1002.pbs", "--variant", "bad").finish()
-    first_still_running = first.proc.poll() is None
     first_result = first.finish()
 
     assert second.returncode != 0, second.output
@@ -143,8 +142,9 @@ def test_fixed_port_second_job_on_the_node_fails():
                      "reached the master at 127.0.0.1:29500, but it belongs to job 1001.pbs (launch "))
     assert any(all(part in second.output for part in parts) for parts in explanations), second.output
     assert "Traceback" not in second.output and "summary:" not in second.output, second.output
-    assert first_still_running, "the first job ended before the second started: nothing collided"
-    # The first job is unharmed.
+    # Either explanation shows that the first job held the port when the second started (no
+    # check of the first's state after the second's end: on a busy machine the second's
+    # failure can take longer than the first's 40 epochs). The first job is unharmed.
     assert first_result.returncode == 0, first_result.output
     summary = parse_summary(first_result.output)
     assert summary["port"] == "29500" and summary["port_from"] == "MASTER_PORT", summary

@@ -1224,7 +1224,8 @@ def parse_args(argv=None):
     parser.add_argument("paths", nargs="*", metavar="SCRIPT", help="the training scripts to check")
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="text: one line per finding (default); json: for tools")
-    parser.add_argument("--explain", metavar="CODE", help="what a rule means and how to fix it (e.g. DDP030)")
+    parser.add_argument("--explain", metavar="CODE", type=str.upper, choices=sorted(RULES),
+                        help="what a rule means and how to fix it (e.g. DDP030; --list shows the codes)")
     parser.add_argument("--list", action="store_true", help="list every rule")
     parser.add_argument("--preflight", action="store_true",
                         help="check this job's launch (run it under the job's launcher line; needs torch)")
