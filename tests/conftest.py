@@ -110,8 +110,9 @@ def log_launch(command: str, seconds: float, cpu_seconds: float | None = None) -
     if log := os.environ.get("LAUNCH_LOG"):
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
         cpu = "-" if cpu_seconds is None else f"{cpu_seconds:.1f}"
+        one_line = command.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", " ")  # python -c CODE
         with open(log, "a") as file:
-            file.write(f"{test}\t{threading.current_thread().name}\t{seconds:.1f}\t{cpu}\t{command}\n")
+            file.write(f"{test}\t{threading.current_thread().name}\t{seconds:.1f}\t{cpu}\t{one_line}\n")
 
 
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,

@@ -12,7 +12,7 @@ A Slurm job's CPU is not known ("-": slurmd starts its tasks).
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections import defaultdict
 
 
@@ -22,6 +22,8 @@ def read(path: str) -> list[tuple[str, str, float, float | None, str]]:
         fields = line.rstrip("\n").split("\t")
         if len(fields) == 4:  # a log from before the CPU column
             fields.insert(3, "-")
+        if len(fields) != 5:  # the rest of a command's line break, in a log from before it was escaped
+            continue
         test, thread, wall, cpu, command = fields
         rows.append((test, thread, float(wall), None if cpu == "-" else float(cpu), command))
     return rows
@@ -54,4 +56,13 @@ def main(path: str, top: int = 15) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("log", help="the file LAUNCH_LOG named")
+    parser.add_argument("--top", type=int, default=15, help="how many of the costliest launches to list")
+    args = parser.parse_args()
+    try:
+        main(args.log, args.top)
+    except (OSError, ValueError) as error:
+        parser.error(f"cannot read {args.log} as a LAUNCH_LOG: {error}")
