@@ -1124,7 +1124,7 @@ def preflight(args):
         torch.cuda.set_device(device)
         uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device))
     else:
-        device, uuid = torch.device("cpu"), "-"
+        device, uuid = torch.device("cpu"), "-"  # gpu-checked: gloo checks the CPU path
     # 2. Meet: a store at the rendezvous, every wait under --timeout.
     timeout = datetime.timedelta(seconds=args.timeout)
     me = {"rank": rank, "host": host, "launcher": launcher, "world": world, "local_rank": local,
@@ -1177,12 +1177,12 @@ def preflight(args):
             dist.all_reduce(payload)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            start, repeats = time.perf_counter(), 3
+            start, repeats = time.perf_counter(), 3  # gpu-checked: synchronized before and after
             for _ in range(repeats):
                 dist.all_reduce(payload)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            seconds = (time.perf_counter() - start) / repeats
+            seconds = (time.perf_counter() - start) / repeats  # gpu-checked
             # bus bandwidth, as nccl-tests define it: what each rank sends and receives
             bandwidth = payload.numel() * 4 * 2 * (world - 1) / world / seconds / 1e9 if world > 1 else None
         except Exception as error:  # noqa: BLE001 - a timeout or an NCCL error, said in one line
