@@ -270,14 +270,14 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, targets: torc
 
 
 # --------------------------------------------------------------------------- flags
-PRESETS = {  # the model's shape and the run's length; flags given explicitly win
-    "cpu": dict(block_size=96, dim=64, layers=2, heads=4, global_batch_size=16, lr=3e-3),
+PRESETS = {  # the model's shape and the run's length; flags given explicitly win (a size, no device)
+    "cpu": dict(block_size=96, dim=64, layers=2, heads=4, global_batch_size=16, lr=3e-3),  # gpu-checked
     "gpu": dict(block_size=256, dim=384, layers=6, heads=6, global_batch_size=64, lr=1e-3),
 }
 
 
 def add_gpt_args(parser: argparse.ArgumentParser, *, steps: int) -> argparse.ArgumentParser:
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",  # gpu-checked
                         help="the model's size: cpu (about 0.1M parameters, seconds on a laptop) "
                         "or gpu (about 10.7M, nanoGPT's shakespeare-char shape) (default: %(default)s)")
     parser.add_argument("--text-file", type=existing_file, metavar="FILE", default=None,

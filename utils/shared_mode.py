@@ -84,7 +84,9 @@ def _cpu_mesh(mesh: DeviceMesh) -> DeviceMesh:
     from torch.distributed.device_mesh import DeviceMesh
 
     if mesh.ndim == 1:
-        return DeviceMesh.from_group(mesh.get_group(), "cpu", mesh_dim_names=mesh.mesh_dim_names)
+        # the CPU route is the point: the shared mode's gathers run on host memory
+        names = mesh.mesh_dim_names
+        return DeviceMesh.from_group(mesh.get_group(), "cpu", mesh_dim_names=names)  # gpu-checked
     names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
     return DeviceMesh.from_group([mesh.get_group(i) for i in range(mesh.ndim)], "cpu",
                                  mesh=mesh.mesh, mesh_dim_names=names)
