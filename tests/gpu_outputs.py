@@ -20,6 +20,15 @@ Record them again on a machine with NVIDIA GPUs (one command):
     make outputs-gpu                                 # every file of docs/outputs/gpu/
     .venv/bin/python tests/captured_outputs.py --gpu 06_ 12_gpu_   # those whose names start so
     .venv/bin/python tests/captured_outputs.py --gpu --all          # and every CPU capture too
+    .venv/bin/python tests/captured_outputs.py --gpu --force        # the ones done already too
+
+It first says how long it will take (from the durations the files' headers recorded; a file
+not timed yet counts as UNTIMED_SECONDS), then records the most useful files first
+(`recording_order`: the GPU tabs a page shows before --all's extra captures, the oldest
+recordings first, the quickest first), each with its duration in its header. Stopped, it
+picks up where it stopped: a file already recorded at this commit on this card is skipped
+(--force records it again). The commit in a header is the tree's before the first file is
+written, and changes under docs/outputs/gpu/ (its own writes) are no "local changes".
 
 A command whose ranks fit on the GPUs (one process per GPU) runs as written: the scripts pick
 nccl. A command that starts more ranks than there are GPUs runs in the shared mode,
@@ -36,6 +45,7 @@ import datetime
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +60,13 @@ HEADER_FIELDS = {
     "software": r"^torch (?P<torch>\d[\w.+]*), CUDA (?P<cuda>\d[\d.]*), NCCL (?P<nccl>\d[\d.]*)$",
     "ranks": r"^(?P<ranks>\d+) ranks?,? (?P<how>.*(?:nccl|gloo-cuda).*)$",  # the backend named
     "recorded": r"^(?P<date>\d{4}-\d\d-\d\d), repository at commit (?P<commit>[0-9a-f]{7,40})"
-                r"(?P<dirty>\+local changes)?, exit code (?P<exit>-?\d+)$",
+                r"(?P<dirty>\+local changes)?, exit code (?P<exit>-?\d+)(?:, took (?P<seconds>\d+) s)?$",
 }
+# A file whose header has no duration yet (the recordings of 2026-11-26 and 2026-11-27), in the
+# estimate of `make outputs-gpu`: the H100 lane's launches took 20 to 70 s at 12 side by side.
+UNTIMED_SECONDS = 60
+# A capture that reads what another one wrote is recorded right after it (its /tmp files).
+NEEDS = {"17_checkpoint_bad_1.txt": ("17_checkpoint_bad.txt",)}
 
 # Runs only a GPU makes (chapter 12 at the batch sizes a GPU needs), as they are run again:
 # one rank under nccl, FakeData, the script's own ceiling measured after training.
@@ -170,13 +185,15 @@ def sharing(command: str, gpus: int, as_written: bool = False) -> tuple[dict[str
             "(DDP_BACKEND=gloo-cuda)")
 
 
-def header(machine: Machine, ranks_words: str, date: str, commit: str, exit_code: int) -> str:
+def header(machine: Machine, ranks_words: str, date: str, commit: str, exit_code: int,
+           seconds: float | None = None) -> str:
     """The header lines (without the command line above them)."""
+    took = "" if seconds is None else f", took {round(seconds)} s"
     return "\n".join([
         f"# gpu: {machine.card} ({machine.memory_mib:,} MiB), driver {machine.driver}",
         f"# software: torch {machine.torch}, CUDA {machine.cuda}, NCCL {machine.nccl}",
         f"# ranks: {ranks_words}",
-        f"# recorded: {date}, repository at commit {commit}, exit code {exit_code}",
+        f"# recorded: {date}, repository at commit {commit}, exit code {exit_code}{took}",
     ])
 
 
@@ -219,30 +236,111 @@ def this_machine() -> Machine:
 
 
 def commit() -> str:
-    """The repository's commit, '+local changes' when the tree differs from it."""
+    """The repository's commit, '+local changes' when the tree differs from it outside
+    docs/outputs/gpu/ (what make outputs-gpu writes is no change to the code that ran)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False).stdout
     head = git("rev-parse", "--short", "HEAD").strip() or "0000000"
-    return head + ("+local changes" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
+    own = GPU_OUTPUTS.relative_to(REPO).as_posix() if GPU_OUTPUTS.is_relative_to(REPO) else None
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  *([f":(exclude){own}"] if own else [])).strip()
+    return head + ("+local changes" if changed else "")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A file to record: its name, and what its last recording says (None: none yet)."""
+
+    name: str
+    on_page: bool  # a GPU tab shows it (a file of docs/outputs/gpu/ or GPU_COMMANDS)
+    fields: dict | None
+
+    @property
+    def seconds(self) -> int | None:
+        took = (self.fields or {}).get("seconds")
+        return int(took) if took else None
+
+    def done_at(self, mark: str, card: str) -> bool:
+        """Recorded at this commit (the same local-changes mark) on this card already."""
+        if not self.fields:
+            return False
+        head, _, dirty = mark.partition("+")
+        same = head.startswith(self.fields["commit"]) or self.fields["commit"].startswith(head)
+        return same and bool(dirty) == bool(self.fields.get("dirty")) and self.fields["card"] == card
+
+
+def last_recording(name: str) -> dict | None:
+    """The header fields of docs/outputs/gpu/<name>, None where there is none or it is unreadable."""
+    try:
+        return read_gpu(GPU_OUTPUTS / name)[1]
+    except (OSError, AssertionError):
+        return None
+
+
+def recording_order(planned: list[Planned]) -> list[Planned]:
+    """The most useful first: what a page shows before --all's extra captures; among them the
+    oldest recording first (none yet: first of all), then the quickest (most tabs per minute;
+    not timed yet: as UNTIMED_SECONDS); a file that reads what another one wrote (NEEDS) right
+    after that one."""
+    def key(item: Planned) -> tuple:
+        date = (item.fields or {}).get("date", "")
+        return (not item.on_page, date, item.seconds or UNTIMED_SECONDS, item.name)
+    order = sorted(planned, key=key)
+    by_name = {item.name: item for item in order}
+    result: list[Planned] = []
+    for item in order:
+        if item in result:
+            continue
+        first = [by_name[n] for n in NEEDS.get(item.name, ()) if n in by_name]
+        result.extend(needed for needed in first if needed not in result)
+        result.append(item)
+    return result
+
+
+def estimate(items: list[Planned]) -> str:
+    """'about 12 min (...)': the planned files' recorded durations, UNTIMED_SECONDS for the rest."""
+    timed = [i.seconds for i in items if i.seconds is not None]
+    untimed = len(items) - len(timed)
+    total = sum(timed) + untimed * UNTIMED_SECONDS
+    parts = [f"{len(timed)} from the durations their last recordings took"] if timed else []
+    if untimed:
+        parts.append(f"{untimed} not timed yet, counted at {UNTIMED_SECONDS} s each")
+    return f"about {max(1, round(total / 60))} min ({'; '.join(parts)})"
 
 
 def main(args: list[str]) -> int:
     """Record docs/outputs/gpu/ again on this machine's GPUs: every file there (or those whose
-    names start with the given prefixes); --all adds every CPU capture that has none yet. Each
+    names start with the given prefixes); --all adds every CPU capture that has none yet;
+    --force records again the files already recorded at this commit on this card. Each
     runs the CPU capture's command where there is one (GPU_COMMANDS, else its own, where not)."""
     machine = this_machine()
+    mark = commit()  # once, before this run writes anything
     prefixes = tuple(a for a in args if not a.startswith("--")) or ("",)
-    names = {p.name for p in GPU_OUTPUTS.glob("*.txt")} | set(GPU_COMMANDS)
+    shown = {p.name for p in GPU_OUTPUTS.glob("*.txt")} | set(GPU_COMMANDS)
+    names = set(shown)
     if "--all" in args:
         names |= {p.name for p in OUTPUTS.glob("*.txt")}
     GPU_OUTPUTS.mkdir(exist_ok=True)
+    planned = recording_order([Planned(n, n in shown, last_recording(n))
+                               for n in sorted(names) if n.startswith(prefixes)])
+    force = "--force" in args
+    done = {item.name for item in planned if not force and item.done_at(mark, machine.card)}
+    # what a file to record needs runs again with it (it writes the /tmp files read next)
+    needed = {n for item in planned if item.name not in done for n in NEEDS.get(item.name, ())}
+    todo = [item for item in planned if item.name not in done or item.name in needed]
+    skipped = f"; {len(planned) - len(todo)} recorded at {mark} on this card already (--force: again)" \
+        if len(todo) < len(planned) else ""
+    print(f"make outputs-gpu: {len(todo)} file(s) to record on {machine.card}{skipped}; "
+          f"{estimate(todo)}. The most useful first; stopped, it goes on from there.", flush=True)
     failed = []
-    for name in sorted(n for n in names if n.startswith(prefixes)):
-        path = GPU_OUTPUTS / name
+    for number, item in enumerate(todo, start=1):
+        name, path = item.name, GPU_OUTPUTS / item.name
         # the page's command where the CPU capture has one, so that both tabs show one command
         command = GPU_COMMANDS.get(name) or read(OUTPUTS / name if (OUTPUTS / name).exists() else path)[0]
         env, words = sharing(command, machine.gpus, as_written=name in AS_WRITTEN)
-        print(f"$ {command}\n  ({words})", flush=True)
+        print(f"[{number}/{len(todo)}] $ {command}\n  ({words}; {estimate(todo[number - 1:])} left)",
+              flush=True)
+        start = time.monotonic()
         try:
             code, output = run_command(command, env_extra=env)
         except RuntimeError as error:  # a timeout: the file keeps its last recording
@@ -250,9 +348,10 @@ def main(args: list[str]) -> int:
             failed.append(name)
             continue
         date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-        path.write_text(f"$ {command}\n{header(machine, words, date, commit(), code)}\n{output}\n")
-        print(f"  exit code {code}: wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}",
-              flush=True)
+        took = time.monotonic() - start
+        path.write_text(f"$ {command}\n{header(machine, words, date, mark, code, took)}\n{output}\n")
+        print(f"  exit code {code} in {took:.0f} s: wrote "
+              f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}", flush=True)
     if failed:
         print(f"not recorded (timed out): {', '.join(failed)}", flush=True)
     return 1 if failed else 0

@@ -202,3 +202,107 @@ def test_recording_again_runs_each_page_command_under_the_backend_that_fits(tmp_
     kept = record(gpus=4)
     assert kept["03_set_epoch_bad.txt"][2] == read_gpu(GPU_OUTPUTS / "03_set_epoch_bad.txt")[2]
     assert (GPU_OUTPUTS / "03_set_epoch_bad.txt").read_text() == before
+
+
+
+H100 = Machine("NVIDIA H100 80GB HBM3", 81559, "550.54.15", "2.14.1+cu130", "13.0", "2.27.3", 1)
+
+
+@pytest.fixture
+def lane_repo(tmp_path, monkeypatch):
+    """A git repository of its own with a docs/outputs/gpu/ of made-up recordings, for
+    gpu_outputs.main on a made-up H100 whose runs are faked. Returns (repo, Runs, git)."""
+    import gpu_outputs
+
+    repo = tmp_path / "repo"
+    folder = repo / "docs" / "outputs" / "gpu"
+    folder.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "script.py").write_text("print('x')\n")
+    h200 = Machine("NVIDIA H200", 143771, "580.159.04", "2.11.0+cu130", "13.0", "2.28.9", 1)
+    # (name, the seconds its last recording took, None: not timed, its date)
+    for name, seconds, date in [("05_slow.txt", 90, "2026-11-26"), ("05_quick.txt", 5, "2026-11-26"),
+                                ("05_untimed.txt", None, "2026-11-26"), ("05_newer.txt", 1, "2026-11-27"),
+                                ("17_checkpoint_bad.txt", 50, "2026-11-26"),
+                                ("17_checkpoint_bad_1.txt", 2, "2026-11-26")]:
+        text = header(h200, "1 rank on 1 GPU (nccl where the script makes a process group)", date,
+                      "eefe6c3", 0, seconds)
+        (folder / name).write_text(f"$ python script.py {name}\n{text}\nold output\n")
+    (repo / "docs/outputs/05_extra.txt").write_text("$ python script.py 05_extra.txt\ncpu output\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "recordings")
+    runs = Runs()
+    for module_name, value in [("REPO", repo), ("GPU_OUTPUTS", folder), ("OUTPUTS", folder.parent),
+                               ("GPU_COMMANDS", {}), ("run_command", runs.run_command),
+                               ("this_machine", lambda: H100)]:
+        monkeypatch.setattr(gpu_outputs, module_name, value)
+    return repo, runs, git
+
+
+class Runs:
+    """The faked runs: the file each command is for, in order; after `stop_after` runs, the
+    machine's time runs out (KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.stop_after: int | None = None
+
+    def run_command(self, command: str, timeout: float = 300, env_extra=None) -> tuple[int, str]:
+        if self.stop_after is not None and len(self.files) >= self.stop_after:
+            raise KeyboardInterrupt
+        self.files.append(command.split()[-1])
+        return 0, "fresh output"
+
+
+def test_the_commit_in_a_header_is_the_trees_before_the_run_wrote_anything(lane_repo):
+    """Issue 39: the first file written made every later one '+local changes'. The mark is
+    taken once, and the recordings themselves are no change to the code that ran."""
+    import gpu_outputs
+
+    repo, runs, git = lane_repo
+    assert gpu_outputs.main([]) == 0 and len(runs.files) == 6
+    head = git("rev-parse", "--short", "HEAD")
+    marks = {(read_gpu(p)[1]["commit"], read_gpu(p)[1].get("dirty"))
+             for p in (repo / "docs/outputs/gpu").glob("*.txt")}
+    assert marks == {(head, None)}, marks
+    (repo / "script.py").write_text("print('changed')\n")  # a real local change: every file says so
+    assert gpu_outputs.main(["--force"]) == 0
+    assert {read_gpu(p)[1].get("dirty") for p in (repo / "docs/outputs/gpu").glob("*.txt")} == {
+        "+local changes"}
+
+
+def test_outputs_gpu_says_how_long_records_the_most_useful_first_and_picks_up_where_it_stopped(
+        lane_repo, capsys):
+    import gpu_outputs
+
+    repo, runs, _ = lane_repo
+    runs.stop_after = 2  # the machine's time runs out during the third run
+    with pytest.raises(KeyboardInterrupt):
+        gpu_outputs.main(["--all"])
+    said = capsys.readouterr().out
+    # the estimate: 90 + 5 + 1 + 50 + 2 s recorded, and 2 files (05_untimed, 05_extra) not timed
+    untimed = gpu_outputs.UNTIMED_SECONDS
+    assert (f"7 file(s) to record on NVIDIA H100 80GB HBM3; about {round((148 + 2 * untimed) / 60)} min "
+            f"(5 from the durations their last recordings took; 2 not timed yet, counted at {untimed} s "
+            "each)") in said, said
+    # the order: what a page shows before --all's extra; the oldest recording first, then the
+    # quickest; 17_checkpoint_bad_1 right after the capture whose files it reads
+    order = ["17_checkpoint_bad.txt", "17_checkpoint_bad_1.txt", "05_quick.txt", "05_untimed.txt",
+             "05_slow.txt", "05_newer.txt", "05_extra.txt"]
+    assert runs.files == order[:2], runs.files
+    # run again: it goes on with the third, the first two being recorded at this commit on this card
+    runs.files.clear()
+    runs.stop_after = None
+    assert gpu_outputs.main(["--all"]) == 0
+    said = capsys.readouterr().out
+    assert "5 file(s) to record" in said and "2 recorded at " in said, said
+    assert runs.files == order[2:], runs.files
+    assert re.search(r", took \d+ s$", (repo / "docs/outputs/gpu/05_extra.txt").read_text(), flags=re.M)
+    runs.files.clear()
+    assert gpu_outputs.main(["--all"]) == 0 and runs.files == []  # everything done at this commit
+    assert gpu_outputs.main(["--all", "--force", "05_q"]) == 0 and runs.files == ["05_quick.txt"]
