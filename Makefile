@@ -6,7 +6,7 @@
 #                   multi-rank pitfalls as 2 ranks sharing the GPUs (--backend gloo-cuda), and
 #                   nccl on all GPUs where there are 2+; skipped, with the reason, without CUDA;
 #                   in parallel (pytest-xdist): 3 test processes per 4 CPU cores, printed
-#                   (16 cores: -n 12); GPU_LANE_WORKERS=N chooses another number
+#                   (16 cores: -n 12), its longest cases first; GPU_LANE_WORKERS=N chooses another number
 # make mpi: an MPI from PyPI in .venv (MPICH: its libmpi and mpiexec) for .venv's mpi4py, so that
 # the README's `mpiexec -n 4 python ...` runs after `source .venv/bin/activate`. On a cluster
 # use the site's MPI instead (docs/launchers.md).
@@ -51,10 +51,15 @@ test-quick: $(VENV)/.dev-installed $(MPIS:%=.venv-%/.installed)
 
 # Each test launches 1 to 4 ranks (plus their loader workers) and waits on them: 3 tests per
 # 4 cores kept the H200's 16 cores busy without a launch timing out (-n 12, 2026-11-26).
+# The cores are those this process may run on (a job's share of the node), counted by Python:
+# `nproc` honours OMP_NUM_THREADS, which job scripts often set to 1. --dist load hands each
+# worker a batch of consecutive tests; tests/conftest.py (longest_first) starts each batch with
+# one of the longest cases (GPU_LANE_SECONDS).
 test-gpu: $(VENV)/.dev-installed
-	@cores=$$(nproc); workers=$${GPU_LANE_WORKERS:-$$(( cores * 3 / 4 > 1 ? cores * 3 / 4 : 1 ))}; \
+	@cores=$$($(BIN)/python -c 'import os; print(len(os.sched_getaffinity(0)))'); \
+	workers=$${GPU_LANE_WORKERS:-$$(( cores * 3 / 4 > 1 ? cores * 3 / 4 : 1 ))}; \
 	echo "make test-gpu: $$cores CPU cores -> pytest -n $$workers (GPU_LANE_WORKERS=N to change it)"; \
-	$(BIN)/python -m pytest -m gpu -rs -n $$workers
+	$(BIN)/python -m pytest -m gpu -rs -n $$workers --dist load
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
@@ -80,9 +85,11 @@ outputs: $(VENV)/.dev-installed
 
 # The GPU tabs of the chapters: every docs/outputs/gpu/ file's command again on this machine's
 # GPUs (nccl with a GPU per rank, else DDP_BACKEND=gloo-cuda), each with its header (card,
-# driver, torch, CUDA, NCCL, date, commit); stops with a message without CUDA.
+# driver, torch, CUDA, NCCL, date, commit, duration); stops with a message without CUDA. It says
+# how long it will take, records the most useful files first, and skips those already recorded
+# at this commit on this card: run it again to go on where it stopped (FORCE=1: all again).
 outputs-gpu: $(VENV)/.dev-installed
-	$(BIN)/python tests/captured_outputs.py --gpu
+	$(BIN)/python tests/captured_outputs.py --gpu $(if $(FORCE),--force)
 
 # CPU=1: torch and torchvision from PyTorch's CPU-only index first (about 200 MB, not 3 GB).
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu

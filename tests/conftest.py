@@ -362,8 +362,13 @@ def built_site(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends the order to the controller
 def pytest_collection_finish(session):
-    """Start the captured commands that test_site will compare, in the background."""
+    """The GPU lane's long cases first (longest_first; after -m and -k have deselected, so
+    that the batches are of what runs). Start the captured commands that test_site will
+    compare, in the background."""
+    workers = getattr(session.config, "workerinput", {}).get("workercount", 1)
+    session.items[:] = longest_first(session.items, workers)
     paths = selected_params(session, "test_captured_output_matches_a_fresh_run", "path")
     prefetch_captured_runs([path.name for path in paths])
 
@@ -441,3 +446,44 @@ def pytest_collection_modifyitems(config, items):
         if missing or without:
             raise pytest.UsageError(f"QUICK_TESTS names tests that do not exist: {sorted(missing)}; "
                                     f"chapters without a quick test: {sorted(without)}")
+
+
+# `make test-gpu`: the GPU lane's longest cases, in seconds, as one H100 ran them with 12 tests
+# side by side (../shared/gpu/h100-2026-11-27/lane/: each test's launches summed); a pattern
+# covers the nccl lane of a 2+ GPU machine too. Issue 39: at -n 12 they started last, behind
+# 90 others, and the lane did not finish in 281 s. They start first now, one per worker.
+GPU_LANE_SECONDS = {
+    "test_gpu.py::test_fault_tolerance[*]": 120,
+    "test_gpu.py::test_checkpoints[*]": 80,
+    "test_gpu.py::test_one_rank_under_nccl[compile_ddp-*]": 69,
+    "test_gpu.py::test_multi_rank_pitfalls[*-compile_ddp-*]": 66,
+    "test_gpu.py::test_multi_rank_pitfalls[*-compressed_gradients]": 64,
+    "test_gpu.py::test_fsdp_checkpoint_saved_by_4_ranks_resumes_at_2_in_the_shared_mode": 48,
+    "test_gpu.py::test_multi_rank_pitfalls[*-bucket_size-*]": 48,
+    "test_gpu.py::test_monitor_records_gpu_use": 43,
+}
+
+
+def lane_seconds(item) -> int:
+    """A test's duration in GPU_LANE_SECONDS (0: not one of the long ones)."""
+    key = f"{Path(str(item.fspath)).name}::{item.name}"
+    return max((s for pattern, s in GPU_LANE_SECONDS.items()  # "*": any text; "[": itself
+                if re.fullmatch(re.escape(pattern).replace(r"\*", ".*"), key)), default=0)
+
+
+def longest_first(items: list, workers: int) -> list:
+    """`items` in the order that starts the long ones (GPU_LANE_SECONDS) first, longest first.
+    With pytest-xdist's --dist load (`make test-gpu`), worker k's first tests are a batch of
+    consecutive items (xdist.scheduler.LoadScheduling.schedule: max(items per worker // 4, 2)
+    items each; one each when there are fewer than 2 per worker), so each batch starts with one
+    long case; the long ones left over come next, then the rest in their order."""
+    long = sorted((item for item in items if lane_seconds(item)), key=lane_seconds, reverse=True)
+    rest = [item for item in items if not lane_seconds(item)]
+    if workers <= 1 or not long:
+        return long + rest
+    batch = 1 if len(items) < 2 * workers else max(len(items) // workers // 4, 2)
+    order = []
+    for head in long[:workers]:
+        order += [head, *rest[:batch - 1]]
+        rest = rest[batch - 1:]
+    return order + long[workers:] + rest

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 
 import psutil
 import pytest
-from conftest import run
+from conftest import longest_first, run
 
 
 def test_a_timed_out_run_kills_descendants_in_sessions_of_their_own():
@@ -20,3 +22,89 @@ def test_a_timed_out_run_kills_descendants_in_sessions_of_their_own():
     while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"worker {worker} outlived the timed-out run"
         time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- make test-gpu
+class _Item:
+    """What conftest.longest_first reads of a test item."""
+
+    def __init__(self, name: str) -> None:
+        self.fspath, self.name, self.nodeid = "tests/test_gpu.py", name, f"tests/test_gpu.py::{name}"
+
+
+class _Worker:
+    """What xdist's scheduler uses of a worker: what it sends it."""
+
+    def __init__(self, number: int) -> None:
+        from types import SimpleNamespace
+
+        self.gateway, self.shutting_down, self.sent = SimpleNamespace(id=f"gw{number}"), False, []
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def first_tests_per_worker(items: list, workers: int) -> list[str]:
+    """The first test each worker runs under pytest-xdist's --dist load (its own scheduler,
+    given the collection in the order conftest.longest_first puts it)."""
+    from types import SimpleNamespace
+
+    from xdist.scheduler import LoadScheduling
+
+    ordered = longest_first(items, workers)
+    options = {"tx": ["popen"] * workers, "maxschedchunk": None}
+    config = SimpleNamespace(getvalue=options.get, getoption=options.get)
+    scheduler, nodes = LoadScheduling(config), [_Worker(i) for i in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, [item.nodeid for item in ordered])
+    scheduler.schedule()
+    return [ordered[node.sent[0]].name for node in nodes]
+
+
+@pytest.mark.parametrize(("workers", "others"), [(12, 84), (4, 84), (12, 140), (8, 6)])
+def test_the_gpu_lanes_longest_cases_start_first_one_per_worker(workers, others):
+    """Issue 39: at -n 12 the four slowest cases started last. Now each worker's first test
+    is one of the longest, longest first, whatever the lane's size (2+ GPUs add an nccl lane)."""
+    long = ["test_fault_tolerance[gloo-cuda-2]", "test_checkpoints[gloo-cuda-2]",
+            "test_one_rank_under_nccl[compile_ddp---variant-bad---checkpoint-dir]",
+            "test_multi_rank_pitfalls[gloo-cuda-2-compressed_gradients]",
+            "test_fsdp_checkpoint_saved_by_4_ranks_resumes_at_2_in_the_shared_mode",
+            "test_monitor_records_gpu_use"]
+    items = [_Item(f"test_one_rank_under_nccl[case{i}]") for i in range(others // 2)]
+    items += [_Item(name) for name in reversed(long)]  # where the lane collects them: last
+    items += [_Item(f"test_multi_rank_pitfalls[case{i}]") for i in range(others // 2)]
+    firsts = first_tests_per_worker(items, workers)
+    assert firsts[:len(long)] == long[:workers], firsts
+    assert [item.name for item in longest_first(items, 1)][:len(long)] == long  # no xdist: first too
+
+
+def test_the_lane_collects_its_longest_cases_first():
+    """The hook is wired: `pytest -m gpu --collect-only` lists them first (CUDA or not)."""
+    result = run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q",
+                  "-p", "no:cacheprovider", "tests/test_gpu.py"], timeout=120)
+    ids = [line.split("::", 1)[1] for line in result.output.splitlines() if line.startswith("tests/")]
+    assert ids[:2] == ["test_fault_tolerance[gloo-cuda-2]", "test_checkpoints[gloo-cuda-2]"], ids[:12]
+    assert ids.index("test_monitor_records_gpu_use") < 12 < len(ids), ids
+
+
+def test_make_test_gpu_counts_the_cores_whatever_omp_num_threads_says(tmp_path):
+    """Job scripts export OMP_NUM_THREADS=1, and `nproc` honours it: the lane ran on one worker
+    of 16 cores (issue 39). The cores are those the process may run on."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python").write_text(  # runs Python, but prints the pytest command instead of running it
+        '#!/bin/sh\nif [ "$1" = "-m" ]; then echo "would run: python $*"; '
+        f'else exec {sys.executable} "$@"; fi\n')
+    (fake / "python").chmod(0o755)
+    cores = len(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items() if k not in ("GPU_LANE_WORKERS", "MAKEFLAGS")}
+    result = run(["make", "-s", "-o", ".venv/.dev-installed", "test-gpu", f"BIN={fake}"],
+                 env={**env, "OMP_NUM_THREADS": "1", "OMP_THREAD_LIMIT": "1"}, timeout=60)
+    workers = max(cores * 3 // 4, 1)
+    assert result.returncode == 0, result.output
+    assert f"make test-gpu: {cores} CPU cores -> pytest -n {workers} " in result.output, result.output
+    assert f"would run: python -m pytest -m gpu -rs -n {workers} --dist load" in result.output
