@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,6 +45,8 @@ from test_13_multinode_and_hpc import (  # the two simulated nodes with HPE/Cray
     cray_nodes,  # noqa: F401 - a fixture
     two_nodes,  # noqa: F401 - a fixture (cray_nodes asks for it)
 )
+
+from utils.rendezvous import job_port
 
 FOLDER = REPO / "scripts" / "00_porting"
 TRAIN_DDP = "scripts/00_porting/train_ddp.py"
@@ -318,7 +321,7 @@ def venv_that_shows_torchrun(tmp_path: Path) -> Path:
 
 def assert_job_trained(output: str, tmp_path: Path, job_id: str, nodes: int, world_size: int,
                        processes_per_node: int = 2) -> None:
-    port = 15000 + int(re.match(r"\d+", job_id)[0]) % 17000
+    port = job_port(job_id)  # every digit of the job id, as utils/rendezvous.py derives it
     assert f"x {processes_per_node} process(es); rendezvous " in output and f":{port}\n" in output, output
     assert re.search(rf"^job {re.escape(job_id)}: {nodes} node\(s\) ", output, flags=re.M), output
     assert output.count("summary:") == 1, f"a summary printed by more than rank 0:\n{output}"
@@ -341,23 +344,113 @@ def test_templates_say_what_to_set(tmp_path):
         assert result.returncode == 1 and message in result.output, (template, result.output)
 
 
+def project(tmp_path: Path, *files: str) -> Path:
+    """A reader's project folder: train.py (train_ddp.py, copied) and the given files of
+    scripts/00_porting/, copied alone, nothing else of this repository."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    shutil.copy(REPO / TRAIN_DDP, folder / "train.py")
+    for name in files:
+        shutil.copy(FOLDER / name, folder / name)
+    return folder
+
+
+PREFLIGHT_SKIPPED = ("preflight skipped: no check_ddp.py beside train.py "
+                     "(copy it there to check the launch first)")
+
+
 def test_slurm_template_under_sbatch(slurm, tmp_path):
-    """sbatch with the template as it is but for what the one-node CPU test cluster lacks:
-    --nodes=1 and no GPUs (given on the sbatch line, which overrides the #SBATCH lines).
-    The node is called localhost, which torchrun would take for itself anyway: what torchrun
-    was given shows that the template tells it to host the rendezvous."""
+    """The template copied into a project folder with train.py and check_ddp.py, as the page
+    says, and submitted from there with sbatch, as it is but for what the one-node CPU test
+    cluster lacks: --nodes=1 and no GPUs (given on the sbatch line, which overrides the
+    #SBATCH lines). The preflight runs first, under the same launch. srun is told the job's
+    --cpus-per-task. The node is called localhost, which torchrun would take for itself
+    anyway: what torchrun was given shows that the template tells it to host the rendezvous."""
+    folder = project(tmp_path, "slurm_job.sh", "check_ddp.py")
     output = tmp_path / "job.out"
-    env = slurm.env(**template_env(tmp_path, VENV=str(venv_that_shows_torchrun(tmp_path))))
+    venv = venv_that_shows_torchrun(tmp_path)
+    env = slurm.env(**template_env(tmp_path, VENV=str(venv), TRAIN_SCRIPT="train.py"))
     result = slurm.submit(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", f"--output={output}",
-                           FOLDER / "slurm_job.sh"], output=output, env=env)
+                           "slurm_job.sh"], output=output, env=env, cwd=folder)
     assert result.returncode == 0, result.output
     job_id = result.output.split()[0].split(";")[0]
     assert_job_trained(result.output, tmp_path, job_id, nodes=1, world_size=2)
+    assert "preflight: launcher=torchrun world_size=2 " in result.output, result.output
+    assert PREFLIGHT_SKIPPED not in result.output
+    srun = "+ srun --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=1 --cpus-per-task=16 bash -c "
+    assert srun in result.output, result.output
     given = re.findall(r"^torchrun got: (.*)$", result.output, flags=re.M)
-    endpoint = f"--rdzv-endpoint=localhost:{15000 + int(job_id) % 17000} --rdzv-id={job_id} "
-    assert any(TRAIN_DDP in line for line in given), result.output
+    endpoint = f"--rdzv-endpoint=localhost:{job_port(job_id)} --rdzv-id={job_id} "
+    assert len(given) == 2 and given[0].endswith(" ./check_ddp.py --preflight") and " train.py " in given[1]
     for line in given:  # the preflight's torchrun and the training's
         assert line.startswith("--rdzv-conf=is_host=true ") and endpoint in line, line
+
+
+def fake_slurm(tmp_path: Path) -> Path:
+    """Stand-ins for what slurm_job.sh calls of Slurm's: `scontrol show hostnames` (the node
+    list, here localhost) and `srun`, which prints its own options ("srun got: ...") and runs
+    the command once, here: one node."""
+    folder = tmp_path / "fake_slurm"
+    executable(folder / "scontrol", '#!/bin/bash\n[[ "$1 $2" == "show hostnames" ]] && echo localhost\n')
+    executable(folder / "srun", '#!/bin/bash\noptions=()\n'
+               'while [[ "$1" == -* ]]; do options+=("$1"); shift; done\n'
+               'echo "srun got: ${options[*]}"\nexec "$@"\n')
+    executable(folder / "nvidia-smi", "#!/bin/sh\nexit 9\n")  # no GPU listed: CPU processes
+    return folder
+
+
+def test_templates_copied_alone_into_an_empty_folder_train(tmp_path):
+    """Each template copied alone beside a reader's train.py (no check_ddp.py) runs: one line
+    says the preflight is skipped and why, then 2 ranks train. pbs_job.sh under bash (no node
+    file: this machine alone); slurm_job.sh under bash with a Slurm job's variables and
+    stand-ins for scontrol and srun (test_slurm_template_under_sbatch runs it under a real
+    Slurm, in CI): srun gets the job's --cpus-per-task (SRUN_CPUS_PER_TASK is honoured by
+    Slurm 22.05 to 23.02 only), and torchrun is told that it hosts the rendezvous."""
+    fake = fake_slurm(tmp_path)
+    path = f"{fake}{os.pathsep}{os.environ['PATH']}"
+    jobs = {"pbs_job.sh": ("4242.pbs01", {}),
+            "slurm_job.sh": ("4343", {"SLURM_JOB_ID": "4343", "SLURM_JOB_NODELIST": "localhost",
+                                      "SLURM_CPUS_PER_TASK": "2", "SLURM_NNODES": "1"})}
+    for template, (job_id, slurm_vars) in jobs.items():
+        run_dir = tmp_path / template.split("_")[0]
+        run_dir.mkdir()
+        folder = project(run_dir, template)
+        venv = venv_that_shows_torchrun(run_dir)
+        env = clean_env(HOME=str(run_dir), PATH=path, PBS_JOBID=job_id, **slurm_vars,
+                        **template_env(run_dir, VENV=str(venv), TRAIN_SCRIPT="train.py"))
+        if template == "slurm_job.sh":
+            del env["PBS_JOBID"]
+        result = run(["bash", template], env=env, cwd=folder, timeout=180)
+        assert result.returncode == 0, (template, result.output)
+        assert result.count(PREFLIGHT_SKIPPED) == 1 and "can't open file" not in result.output, result.output
+        assert_job_trained(result.output, run_dir, job_id, nodes=1, world_size=2)
+        given = re.findall(r"^torchrun got: (.*)$", result.output, flags=re.M)
+        assert len(given) == 1 and given[0].startswith("--rdzv-conf=is_host=true "), result.output
+        assert given[0].endswith(f"--rdzv-id={job_id} train.py --batch-size 16 --epochs 2 "
+                                 f"--checkpoint {run_dir / 'model.pt'}"), given
+    assert "srun got: --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=1 --cpus-per-task=2\n" in result.output
+
+
+def test_pbs_array_subjobs_on_one_node_get_two_ports(tmp_path):
+    """Two subjobs of one PBS array job (123[4].pbs01, 123[5].pbs01) on one node: each gets its
+    own rendezvous port, from every digit of its id, as utils/rendezvous.job_port derives it
+    (the job number alone gave both 123's port: the second torchrun, told is_host=true, could
+    not listen and failed instead of training). A stand-in torchrun prints what it got."""
+    venv = tmp_path / "venv"
+    executable(venv / "bin" / "torchrun", '#!/bin/bash\necho "torchrun got: $*"\n')
+    (venv / "bin" / "activate").write_text(f'export PATH="{venv}/bin:$PATH"\n')
+    folder = project(tmp_path, "pbs_job.sh")
+    ports = []
+    for job_id in ("123[4].pbs01", "123[5].pbs01"):
+        no_gpu = fake_slurm(tmp_path / job_id)  # (its nvidia-smi lists no GPU)
+        env = clean_env(HOME=str(tmp_path), PBS_JOBID=job_id, PATH=f"{no_gpu}:{os.environ['PATH']}",
+                        **template_env(tmp_path, VENV=str(venv), TRAIN_SCRIPT="train.py"))
+        result = run(["bash", "pbs_job.sh"], env=env, cwd=folder, timeout=30)
+        assert result.returncode == 0, result.output
+        ports.append(int(re.search(rf"--rdzv-endpoint=localhost:(\d+) --rdzv-id={re.escape(job_id)} ",
+                                   result.output)[1]))
+        assert ports[-1] == job_port(job_id), (job_id, ports)
+    assert ports[0] != ports[1], ports
 
 
 def test_slurm_batch_script_trains_alone_and_srun_copies_stop(slurm, tmp_path):

@@ -5,9 +5,10 @@
 #PBS -l walltime=00:30:00
 #PBS -j oe
 # Your DDP script on PBS Pro: N nodes x G GPUs (select=N:...:ngpus=G above). Copy this file
-# into your project: it uses nothing from this repository. Edit the lines marked EDIT, add
-# your site's account and queue (#PBS -A ..., #PBS -q ...), and submit from the folder the
-# paths below are relative to:
+# into your project: it uses nothing from this repository. (Copy scripts/00_porting/check_ddp.py
+# beside your script too, and the job checks its launch before it trains: the preflight below.)
+# Edit the lines marked EDIT, add your site's account and queue (#PBS -A ..., #PBS -q ...),
+# and submit from the folder the paths below are relative to:
 #     qsub pbs_job.sh
 # What it does: mpiexec starts one torchrun on each node; the torchruns meet at the first
 # node, on a port derived from the job id, and each starts one process per GPU.
@@ -60,9 +61,11 @@ else
     nodes=(localhost)
 fi
 rdzv_host=${nodes[0]}
-# A port derived from the job id's number, never a fixed one: two jobs on one node do not collide.
-job_number=${job_id%%[!0-9]*}
-rdzv_port=$((15000 + 10#${job_number:-0} % 17000))
+# A port derived from every digit of the job id (the last 9), never a fixed one: two jobs on one
+# node do not collide, nor two subjobs of an array job (123[4].pbs and 123[5].pbs).
+digits=${job_id//[!0-9]/}
+[[ ${#digits} -le 9 ]] || digits=${digits: -9}
+rdzv_port=$((15000 + 10#${digits:-0} % 17000))
 # One process per GPU, at most GPUS_PER_NODE; without GPUs, CPU processes (gloo).
 if [[ ! "$GPUS_PER_NODE" =~ ^[1-9][0-9]*$ ]]; then
     echo "GPUS_PER_NODE=$GPUS_PER_NODE: expected a whole number above 0 (ngpus above)" >&2; exit 1
@@ -94,10 +97,10 @@ cmd=(bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$job_id"
      "$TRAIN_SCRIPT" "${train_args[@]}")
 # torchrun needs all of the node's cores: it starts one process per GPU, each with its loader's
-# workers. Open MPI binds each process it starts by default, to one core (2 processes or fewer;
-# more: a socket, or a core in some 5.x versions), and Cray PALS binds as the site set it up:
-# tell them not to bind (MPICH's Hydra binds nothing unless asked). A NODE_LAUNCHER that says
-# how to bind (--bind-to, --cpu-bind) is kept as it is.
+# workers. Open MPI binds each process it starts by default: with ppr:1:node, Open MPI 5 (its
+# PRRTE) to a core for 2 processes or fewer and to a NUMA domain above that, Open MPI 4 to a core
+# or a socket. Cray PALS binds as the site set it up. Tell them not to bind (MPICH's Hydra binds
+# nothing unless asked). A NODE_LAUNCHER that says how to bind (--bind-to, --cpu-bind) is kept.
 if [[ ${#nodes[@]} -gt 1 ]]; then  # one node: no launcher needed
     launcher_version=$("${node_launcher[0]}" --version 2>&1 || true)
     if [[ " $NODE_LAUNCHER " == *bind* ]]; then
@@ -109,8 +112,13 @@ if [[ ${#nodes[@]} -gt 1 ]]; then  # one node: no launcher needed
     fi
     cmd=("${node_launcher[@]}" -n "${#nodes[@]}" "${cmd[@]}")
 fi
-# Preflight: the same launch runs check_ddp.py --preflight (next to TRAIN_SCRIPT) before training;
-# it checks every rank in seconds and stops the job with what to fix. Delete the next line to skip it.
-"${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$(dirname "$TRAIN_SCRIPT")/check_ddp.py" --preflight
+# Preflight: where check_ddp.py lies beside TRAIN_SCRIPT, the same launch runs it first
+# (--preflight): it checks every rank in seconds and stops the job with what to fix.
+preflight="$(dirname "$TRAIN_SCRIPT")/check_ddp.py"
+if [[ -f "$preflight" ]]; then
+    "${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$preflight" --preflight
+else
+    echo "preflight skipped: no check_ddp.py beside $TRAIN_SCRIPT (copy it there to check the launch first)"
+fi
 echo "+ ${cmd[*]}"
 "${cmd[@]}"

@@ -7,8 +7,10 @@
 #SBATCH --time=00:30:00
 # Your DDP script on Slurm: N nodes x G GPUs (--nodes, --gpus-per-node above; no GPUs:
 # remove that line). Copy this file into your project: it uses nothing from this repository.
-# Edit the lines marked EDIT, add your site's account and partition (#SBATCH -A ...,
-# #SBATCH -p ...), and submit from the folder the paths below are relative to:
+# (Copy scripts/00_porting/check_ddp.py beside your script too, and the job checks its launch
+# before it trains: the preflight below.) Edit the lines marked EDIT, add your site's account
+# and partition (#SBATCH -A ..., #SBATCH -p ...), and submit from the folder the paths below
+# are relative to:
 #     sbatch slurm_job.sh
 # What it does: srun starts one torchrun on each node (one task per node); the torchruns meet
 # at the first node, on a port derived from the job id, and each starts one process per GPU.
@@ -47,8 +49,11 @@ fi
 echo "job $SLURM_JOB_ID: ${#nodes[@]} node(s) [${nodes[*]}] x $nproc_per_node process(es);" \
      "rendezvous $rdzv_host:$rdzv_port"
 
-# srun gives its tasks one CPU each unless told the job's --cpus-per-task (Slurm 22.05+).
-export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-1}"
+# Each torchrun needs the node's cores, not one. Slurm 22.05 to 23.02 gave srun's tasks one CPU
+# unless told the job's --cpus-per-task (in SRUN_CPUS_PER_TASK; 23.11 reads SLURM_CPUS_PER_TASK
+# again): say it on the srun line, which every version honours.
+srun_cpus=()
+[[ -z "${SLURM_CPUS_PER_TASK:-}" ]] || srun_cpus=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
 # What runs on each node: torchrun, told whether it hosts the rendezvous (on the node this
 # script runs on, the first one). torchrun would guess it from host names, and guesses wrong
 # where the node list's names are not what `hostname` says. Arguments: this node's host
@@ -59,13 +64,18 @@ export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-1}"
     on_each_node+='; is_host=false; [[ $(hostname) == "$first" ]] && is_host=true'
     on_each_node+='; exec "$torchrun" --rdzv-conf=is_host=$is_host "$@"'
 }
-cmd=(srun --kill-on-bad-exit=1 --nodes="${#nodes[@]}" --ntasks-per-node=1
+cmd=(srun --kill-on-bad-exit=1 --nodes="${#nodes[@]}" --ntasks-per-node=1 "${srun_cpus[@]}"
      bash -c "$on_each_node" on_each_node "$(hostname)" "$(command -v torchrun)"
      --nnodes="${#nodes[@]}" --nproc_per_node="$nproc_per_node" --rdzv-backend=c10d
      --rdzv-endpoint="$rdzv_host:$rdzv_port" --rdzv-id="$SLURM_JOB_ID"
      "$TRAIN_SCRIPT" "${train_args[@]}")
-# Preflight: the same launch runs check_ddp.py --preflight (next to TRAIN_SCRIPT) before training;
-# it checks every rank in seconds and stops the job with what to fix. Delete the next line to skip it.
-"${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$(dirname "$TRAIN_SCRIPT")/check_ddp.py" --preflight
+# Preflight: where check_ddp.py lies beside TRAIN_SCRIPT, the same launch runs it first
+# (--preflight): it checks every rank in seconds and stops the job with what to fix.
+preflight="$(dirname "$TRAIN_SCRIPT")/check_ddp.py"
+if [[ -f "$preflight" ]]; then
+    "${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$preflight" --preflight
+else
+    echo "preflight skipped: no check_ddp.py beside $TRAIN_SCRIPT (copy it there to check the launch first)"
+fi
 echo "+ ${cmd[*]}"
 "${cmd[@]}"
