@@ -2,6 +2,11 @@
 gathers it stands in for in the shared mode, on FSDP2 shards (even and uneven), and prints
 one `summary:` line from rank 0. tests/test_16_fsdp.py launches it.
 
+On CPUs the shards are CPU tensors already, so values that come back on the CPU prove
+nothing about the copy that the shared mode needs (a shard left on the GPU reaches gloo's
+coalesced all-gather there: SIGSEGV). The probe counts the copies instead: one `.cpu()` per
+shard, seen by a TorchFunctionMode.
+
     torchrun --standalone --nproc_per_node=2 tests/shared_mode_probe.py
 """
 
@@ -16,9 +21,32 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.overrides import TorchFunctionMode
 
 from utils.fsdp import build_model, shard_model
 from utils.shared_mode import gather_through_cpu
+
+
+class CopiesToCpu(TorchFunctionMode):
+    """Counts the tensors copied to the CPU (`.cpu()`, `.to("cpu")`) while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        to_cpu = func is torch.Tensor.to and "cpu" in map(str, [*args[1:], *kwargs.values()])
+        self.count += func is torch.Tensor.cpu or to_cpu
+        return func(*args, **kwargs)
+
+
+def gather_counting_copies(state: dict, *, to_all: bool) -> tuple[dict, bool]:
+    """gather_through_cpu(state), and whether it copied each DTensor shard to the CPU once."""
+    with CopiesToCpu() as copies:
+        full = gather_through_cpu(state, to_all=to_all)
+    return full, copies.count == sum(isinstance(v, DTensor) for v in state.values())
 
 
 def same(a: dict, b: dict) -> bool:
@@ -36,9 +64,10 @@ def main() -> None:
     results = {}
     for name, module in (("block", model), ("uneven", odd)):
         state = module.state_dict()
-        everyone = gather_through_cpu(state, to_all=True)
+        everyone, copied_to_all = gather_counting_copies(state, to_all=True)
         results[f"{name}_to_all"] = same(everyone, {k: v.full_tensor() for k, v in state.items()})
-        rank0 = gather_through_cpu(state, to_all=False)
+        rank0, copied_rank0 = gather_counting_copies(state, to_all=False)
+        results[f"{name}_copied"] = copied_to_all and copied_rank0
         reference = get_model_state_dict(
             module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         results[f"{name}_rank0"] = same(rank0, reference) if rank == 0 else rank0 == {}
