@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
+# conftest's background thread (prefetch_captured_runs): the test a line names is the one that
+# ran in the foreground meanwhile
+BACKGROUND = "(captures run in the background)"
+
 
 def read(path: str) -> list[tuple[str, str, float, float | None, str]]:
     rows = []
@@ -35,8 +39,8 @@ def main(path: str, top: int = 15) -> None:
     print(f"{len(rows)} launches, {sum(r[3] for r in cpu_known):.0f} CPU-s ({len(rows) - len(cpu_known)} "
           f"without a CPU count), {sum(r[2] for r in rows):.0f} wall-s summed (launches overlap)")
     by_file: dict[str, list] = defaultdict(list)
-    for row in rows:
-        by_file[row[0].split("::")[0] or "(no test)"].append(row)
+    for row in rows:  # a background capture ran beside the test it names, not for it
+        by_file[BACKGROUND if row[1] == "captures" else row[0].split("::")[0] or "(no test)"].append(row)
     print("\nper test file: launches, CPU-s, wall-s")
     for name, items in sorted(by_file.items(), key=lambda kv: -sum(r[3] or 0 for r in kv[1])):
         cpu, wall = sum(r[3] or 0 for r in items), sum(r[2] for r in items)

@@ -108,3 +108,53 @@ def test_make_test_gpu_counts_the_cores_whatever_omp_num_threads_says(tmp_path):
     assert result.returncode == 0, result.output
     assert f"make test-gpu: {cores} CPU cores -> pytest -n {workers} " in result.output, result.output
     assert f"would run: python -m pytest -m gpu -rs -n {workers} --dist load" in result.output
+
+
+# --------------------------------------------------------------------------- launch_report.py
+def test_launch_report_sums_the_cpu_per_file_and_finds_the_repeated_commands(tmp_path, monkeypatch, capsys):
+    """What `LAUNCH_LOG=FILE make test` writes (conftest.log_launch), read back by
+    tests/launch_report.py: totals, per test file (the background captures apart), the
+    costliest launches, and the commands launched more than once with their cost."""
+    import threading
+
+    import launch_report
+    from conftest import log_launch
+
+    log = tmp_path / "launches.tsv"
+    monkeypatch.setenv("LAUNCH_LOG", str(log))
+    launches = [("tests/test_a.py::test_one (call)", "torchrun x.py --epochs 2", 10.0, 8.0),
+                ("tests/test_a.py::test_two (call)", "torchrun x.py --epochs 2", 11.0, 9.0),
+                ("tests/test_b.py::test_three (call)", "python -c 'import torch\n\tprint(1)'", 3.0, 2.5),
+                ("tests/test_b.py::test_four (call)", "srun python y.py", 30.0, None)]
+    for test, command, seconds, cpu in launches:
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", test)
+        log_launch(command, seconds, cpu)
+    background = threading.Thread(target=log_launch, args=("bash -c 'torchrun z.py'", 40.0, 30.0),
+                                  name="captures")
+    background.start()
+    background.join()
+    with log.open("a") as file:
+        file.write("tests/test_c.py::old\tMainThread\t1.0\tpython old.py\n")  # before the CPU column
+        file.write("\tbroken rest of an unescaped command\n")
+    launch_report.main(str(log), top=2)
+    out = capsys.readouterr().out
+    assert out.startswith("6 launches, 50 CPU-s (2 without a CPU count), 95 wall-s summed"), out
+    per_file = out.split("per test file")[1].split("\n\n")[0].splitlines()[1:]
+    assert [line.split() for line in per_file] == [
+        ["1", "30.0", "40.0", "(captures", "run", "in", "the", "background)"],
+        ["2", "17.0", "21.0", "tests/test_a.py"], ["2", "2.5", "33.0", "tests/test_b.py"],
+        ["1", "0.0", "1.0", "tests/test_c.py"]], out
+    costliest = out.split("most expensive launches")[1].split("\n\n")[0].splitlines()[1:]
+    assert len(costliest) == 2 and "z.py" in costliest[0] and "--epochs 2" in costliest[1], out
+    assert "commands launched more than once: 1 (9 CPU-s in the repeats)" in out, out
+    assert "2x    17.0 CPU-s  torchrun x.py --epochs 2" in out and "['test_one', 'test_two']" in out, out
+    rows = launch_report.read(str(log))  # a command's line break and tab kept it on its line
+    assert rows[2][4] == "python -c 'import torch\\n print(1)'" and len(rows) == 6, rows
+
+
+def test_launch_report_says_what_it_cannot_read(tmp_path):
+    result = run([sys.executable, "tests/launch_report.py", tmp_path / "none.tsv"], timeout=60)
+    assert result.returncode == 2 and "cannot read" in result.output and "none.tsv" in result.output
+    assert "Traceback" not in result.output
+    result = run([sys.executable, "tests/launch_report.py", "--help"], timeout=60)
+    assert result.returncode == 0 and "LAUNCH_LOG=" in result.output
