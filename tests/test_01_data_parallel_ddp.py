@@ -6,7 +6,7 @@ import re
 from collections import Counter
 
 import pytest
-from conftest import captured_run, mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python, script_help, torchrun
 
 BASIC = "01_data_parallel_ddp/multinode_ddp_basic.py"
 LOADER = "01_data_parallel_ddp/distributed_dataloader.py"
@@ -154,7 +154,7 @@ def test_dataloader_workers_start_with_forkserver_and_draw_the_same_shards(loade
 
 
 def test_help_shows_the_launch_commands():
-    result = python(BASIC, "--help")
+    result = script_help(BASIC)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=4" in result.output
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout", "--variant"):

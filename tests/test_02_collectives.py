@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import captured_run, mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python, script_help, torchrun
 
 TOUR = "02_collectives/collectives_tour.py"
 ORDER = "02_collectives/collective_order.py"
@@ -140,7 +140,7 @@ def test_pitfall_needs_two_ranks():
 
 def test_help_shows_the_launch_commands():
     for path, flags in ((TOUR, ()), (ORDER, ("--variant",))):
-        result = python(path, "--help")
+        result = script_help(path)
         assert result.returncode == 0
         assert "torchrun --standalone --nproc_per_node=" in result.output
         assert "mpiexec -n 3 python" in result.output

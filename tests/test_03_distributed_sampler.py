@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import captured_run, mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python, script_help, torchrun
 
 SHUFFLE = "03_distributed_sampler/set_epoch_shuffling.py"
 EVAL = "03_distributed_sampler/distributed_eval.py"
@@ -109,7 +109,7 @@ def test_no_padding_no_skew_when_the_world_size_divides_the_set():
 
 @pytest.mark.parametrize("path", [SHUFFLE, EVAL])
 def test_help_shows_the_launch_commands(path):
-    result = python(path, "--help")
+    result = script_help(path)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=" in result.output
     assert "mpiexec -n 4 python" in result.output

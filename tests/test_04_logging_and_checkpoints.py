@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import mpiexec, observed_writes, python, torchrun, writes_to
+from conftest import mpiexec, observed_writes, python, script_help, torchrun, writes_to
 from torch import nn
 
 from utils.checkpoint import (
@@ -303,7 +303,7 @@ def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2):
 
 
 def test_help_shows_the_launch_commands():
-    result = python(SCRIPT, "--help")
+    result = script_help(SCRIPT)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=2" in result.output
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout", "--variant",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import captured_run, mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python, script_help, torchrun
 
 ACCUMULATE = "05_gradient_accumulation/grad_accumulation.py"
 TIMING = "05_gradient_accumulation/time_no_sync.py"
@@ -101,7 +101,7 @@ def test_timing_counts_both_ways_in_one_run(launch):
 
 
 def test_help_shows_the_launch_commands():
-    result = python(ACCUMULATE, "--help")
+    result = script_help(ACCUMULATE)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=4" in result.output
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout", "--variant",

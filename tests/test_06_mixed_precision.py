@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import captured_run, mpiexec, python
+from conftest import captured_run, mpiexec, python, script_help
 
 AMP = "06_mixed_precision/amp_grad_scaler.py"
 COMPRESS = "06_mixed_precision/compressed_gradients.py"
@@ -118,7 +118,7 @@ def test_compression_as_one_process_has_nothing_on_the_wire():
 
 def test_help_shows_the_launch_commands():
     for path, own_flags in ((AMP, ("--variant", "--precision")), (COMPRESS, ("--hooks", "--width"))):
-        result = python(path, "--help")
+        result = script_help(path)
         assert result.returncode == 0, result.output
         assert "torchrun --standalone --nproc_per_node=2" in result.output
         for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import captured_run, mpiexec, python
+from conftest import captured_run, mpiexec, python, script_help
 
 SCRIPT = "07_batchnorm_and_buffers/batchnorm_ddp.py"
 REFERENCE_TOLERANCE = 1e-5
@@ -118,7 +118,7 @@ def test_single_process_plain_batchnorm_is_the_reference(variant):
 
 
 def test_help_shows_the_launch_commands():
-    result = python(SCRIPT, "--help")
+    result = script_help(SCRIPT)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=2" in result.output
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--num-samples", "--backend", "--timeout",

@@ -4,7 +4,7 @@ find_unused_parameters=True trains; which alternative works; what the flag costs
 from __future__ import annotations
 
 import pytest
-from conftest import captured_run, mpi_env, mpiexec, python, run, script, torchrun
+from conftest import captured_run, mpi_env, mpiexec, python, run, script, script_help, torchrun
 
 MAIN = "08_unused_parameters/unused_parameters.py"
 WHICH = "08_unused_parameters/which_fix_works.py"
@@ -94,7 +94,7 @@ def test_timing_counts_the_extra_all_reduce_and_prints_the_ratio():
 
 
 def test_help_shows_the_launch_commands():
-    result = python(MAIN, "--help")
+    result = script_help(MAIN)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=2" in result.output
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--backend", "--timeout", "--variant",

@@ -7,7 +7,7 @@ import math
 import re
 import subprocess
 
-from conftest import captured_run, mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python, script_help, torchrun
 
 UNEVEN = "09_uneven_inputs/uneven_inputs.py"
 NUM_SAMPLES, BATCH_SIZE, EPOCHS = 2048, 32, 3  # the script's defaults
@@ -126,7 +126,7 @@ def test_bad_input_says_what_to_set():
 
 
 def test_help_shows_the_launch_commands():
-    result = python(UNEVEN, "--help")
+    result = script_help(UNEVEN)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=2" in result.output
     assert "mpiexec -n 3 python" in result.output

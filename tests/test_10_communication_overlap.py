@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from conftest import captured_run, mpiexec, python
+from conftest import captured_run, mpiexec, python, script_help
 
 BUCKETS = "10_communication_overlap/bucket_size.py"
 SWEEP = "10_communication_overlap/bucket_sweep.py"
@@ -84,7 +84,7 @@ def test_sweep_under_mpiexec_times_tiny_buckets_slower_and_plots(tmp_path):
 
 
 def test_help_and_bad_input():
-    result = python(BUCKETS, "--help")
+    result = script_help(BUCKETS)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=2" in result.output
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--num-samples", "--backend",

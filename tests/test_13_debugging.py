@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO, VENV_BIN, clean_env, kill_tree, mpiexec, python, run, script
+from conftest import REPO, VENV_BIN, clean_env, kill_tree, mpiexec, python, run, script, script_help
 
 DEBUGGING = "13_multinode_and_hpc/hang_debugging.py"
 PAGE = REPO / "chapters" / "13_multinode_and_hpc.md"
@@ -171,7 +171,7 @@ def test_py_spy_dump_shows_where_each_rank_waits():
 
 
 def test_help_shows_the_launch_commands():
-    result = python(DEBUGGING, "--help")
+    result = script_help(DEBUGGING)
     assert result.returncode == 0
     assert "torchrun --standalone --nproc_per_node=2" in result.output
     assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in result.output

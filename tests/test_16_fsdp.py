@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import REPO, VENV_BIN, captured_run, mpiexec, parse_summary, python, run
+from conftest import REPO, VENV_BIN, captured_run, mpiexec, parse_summary, python, run, script_help
 
 from utils.fsdp import BlockModel
 
@@ -235,7 +235,7 @@ def test_bad_input_gets_a_clear_message(tmp_path):
 
 
 def test_help_shows_the_launch_commands():
-    result = python(CHECKPOINT, "--help")  # (fsdp_vs_ddp.py shares the flags: utils.fsdp.add_fsdp_args)
+    result = script_help(CHECKPOINT)  # (fsdp_vs_ddp.py shares the flags: utils.fsdp.add_fsdp_args)
     assert result.returncode == 0 and "torchrun --standalone --nproc_per_node=4" in result.output
     for flag in ("--epochs", "--global-batch-size", "--lr", "--seed", "--backend", "--timeout",
                  "--variant", "--checkpoint-dir", "--resume-from"):

@@ -175,8 +175,9 @@ def _stops() -> None:
         pass
 
 
-def _run_case(path: Path, argv: list[str]) -> dict:
-    """Run the script as __main__ with argv; what happened."""
+def _run_case(path: Path, argv: list[str], keep: int = 2000) -> dict:
+    """Run the script as __main__ with argv; what happened (the last `keep` characters of
+    what it printed)."""
     import io
     import runpy
     import signal
@@ -218,7 +219,7 @@ def _run_case(path: Path, argv: list[str]) -> dict:
         os.chdir(cwd)
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
-    return {"outcome": outcome, "code": code, "output": out.getvalue()[-2000:],
+    return {"outcome": outcome, "code": code, "output": out.getvalue()[-keep:],
             "seconds": round(time.monotonic() - start, 2)}
 
 
@@ -243,21 +244,35 @@ def _get_parser(path: Path):
     return found[0]
 
 
-def walk(root: Path, names: list[str]) -> list[dict]:
-    """Every case of every script in `names`; one dict per case."""
+def _prepare(root: Path) -> Path:
+    """This process as the walk runs scripts in: no launcher's variables, one thread, in a
+    folder of its own (whatever a script writes lands there), work stopped at its first sign."""
     work = Path(tempfile.mkdtemp(prefix="flag-walk-"))
-    places = {"FILE": work / "a_file.txt", "DIR": work / "a_dir", "EMPTY_DIR": work / "empty_dir"}
-    places["FILE"].write_text("not a directory\n")
-    places["DIR"].mkdir()
-    places["EMPTY_DIR"].mkdir()
     os.environ.update(OMP_NUM_THREADS="1", DDP_BACKEND="gloo")
     for name in list(os.environ):
         if re.match(r"^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|OMPI_.*|"
                     r"PMIX_.*|PMI_.*|PALS_.*|SLURM_.*|PBS_.*)$", name):
             del os.environ[name]
-    os.chdir(work)  # whatever a script writes (checkpoints, plots) lands here
+    os.chdir(work)
     sys.path.insert(0, str(root))
     _stops()
+    return work
+
+
+def help_texts(root: Path, names: list[str]) -> dict[str, dict]:
+    """`python SCRIPT --help` of each script: {name: its exit code and everything it printed},
+    each run as __main__ in turn in this one process (conftest.script_help)."""
+    _prepare(root)
+    return {name: _run_case(root / name, ["--help"], keep=100_000) for name in names}
+
+
+def walk(root: Path, names: list[str]) -> list[dict]:
+    """Every case of every script in `names`; one dict per case."""
+    work = _prepare(root)
+    places = {"FILE": work / "a_file.txt", "DIR": work / "a_dir", "EMPTY_DIR": work / "empty_dir"}
+    places["FILE"].write_text("not a directory\n")
+    places["DIR"].mkdir()
+    places["EMPTY_DIR"].mkdir()
     cases = []
     for name in names:
         path = root / name
@@ -457,12 +472,17 @@ def test_under_torchrun_a_global_batch_that_does_not_split_ends_every_rank_once(
 
 
 def _main() -> None:
+    """--walk ROOT [SCRIPT...]: a JSON line per case; --help-texts ROOT [SCRIPT...]: one JSON
+    line, {script: its --help}."""
     root = Path(sys.argv[2]).resolve()
     names = sys.argv[3:] or scripts(root)
     real_stdout = sys.stdout
+    if sys.argv[1] == "--help-texts":
+        print(json.dumps(help_texts(root, names)), file=real_stdout, flush=True)
+        return
     for case in walk(root, names):
         print(json.dumps(case), file=real_stdout, flush=True)
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--walk"]:
+if __name__ == "__main__" and sys.argv[1:2] in (["--walk"], ["--help-texts"]):
     _main()
