@@ -592,3 +592,47 @@ def test_ddp_under_nccl_one_gpu_per_process(tmp_path):
     assert result.returncode == 0 and result.count("summary:") == 1, result.output
     assert f"world_size={GPUS} device=cuda" in result.output and "backend=nccl" in result.output
     load("train_single").make_model().load_state_dict(torch.load(checkpoint, weights_only=True))
+
+
+# --------------------------------------------------------------------------- troubleshooting
+def test_a_buffer_built_as_a_transposed_view_fails_ddps_first_forward():
+    """The troubleshooting page's buffer: a (positions, 1, width) table made with
+    .unsqueeze(0).transpose(0, 1) wraps in DDP, then the first forward fails with PyTorch's
+    own message, as one process (DDP copies the buffers before each training forward). It
+    counts as contiguous, so .contiguous() changes nothing; .unsqueeze(1) makes the same table
+    in the usual layout, and the forward and backward run."""
+    bad, good = captured_run("00_buffer_bad.txt"), captured_run("00_buffer_good.txt")
+    assert bad.returncode == 1 and "wrapped in DDP\n" in bad.output, bad.output
+    assert ("first forward failed: RuntimeError: unsupported operation: some elements of the input tensor "
+            "and the written-to tensor refer to a single memory location.") in bad.output, bad.output
+    assert "strides (16, 1024, 1) is_contiguous=True; .contiguous() keeps strides (16, 1024, 1)" in bad.output
+    assert "Traceback" not in bad.output and "first_forward=failed" in bad.output
+    assert good.returncode == 0 and "strides (16, 16, 1) is_contiguous=True" in good.output, good.output
+    assert re.search(r"^first forward and backward: loss \d+\.\d+$", good.output, flags=re.M), good.output
+
+
+# --------------------------------------------------------------------------- a token stream
+def stream_run(name: str) -> tuple[tuple[float, float], list[str], dict[str, str]]:
+    """(step 0's loss and gradient norm, the epoch lines, the summary) of a token_stream.py capture."""
+    result = captured_run(name)
+    summary = result.clean_summary()
+    step0 = re.search(r"^step 0: loss (\S+) gradient norm (\S+)$", result.output, flags=re.M)
+    assert step0, result.output
+    epoch_lines = re.findall(r"^epoch \d+: .*$", result.output, flags=re.M)
+    return (float(step0[1]), float(step0[2])), epoch_lines, summary
+
+
+def test_a_token_stream_split_by_columns_trains_as_one_process():
+    """The porting page's token stream: one process with 16 columns and two ranks with 8 each
+    train on the same global batch, window by window: step 0's loss (the ranks' means,
+    averaged) and gradient norm agree to fp32's rounding, the epochs print the same numbers,
+    and every token, held-out ones included, is counted once (16 columns x 1023 predicted
+    tokens; 10 held-out columns x 408, dealt 5 and 5 to the ranks)."""
+    (loss_one, norm_one), epochs_one, one = stream_run("00_stream_one.txt")
+    (loss_two, norm_two), epochs_two, two = stream_run("00_stream_two.txt")
+    assert (one["world_size"], two["world_size"]) == ("1", "2") and one["global_batch"] == two["global_batch"]
+    assert abs(loss_one - loss_two) <= 1e-5 * loss_one and abs(norm_one - norm_two) <= 1e-5 * norm_one
+    assert len(epochs_one) == 2 and epochs_one == epochs_two, (epochs_one, epochs_two)
+    assert one["train_tokens"] == two["train_tokens"] == str(16 * 1023)
+    assert one["held_out_tokens"] == two["held_out_tokens"] == str(10 * 408)
+    assert all(f"over {16 * 1023} tokens, held-out loss " in line for line in epochs_two), epochs_two

@@ -132,9 +132,18 @@ def set_rng_state(state, device):
 
 
 def save_atomically(state, path):
-    """Write to a temporary file, then rename it over `path`: a save killed halfway leaves the last one."""
-    torch.save(state, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)
+    """Write a temporary file beside `path`, flush it to disk, then rename it over `path`: a save
+    killed halfway, or a node that crashes, leaves the last complete checkpoint."""
+    with open(f"{path}.tmp", "wb") as file:
+        torch.save(state, file)
+        file.flush()
+        os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+    os.replace(f"{path}.tmp", path)  # atomic within one file system: the old file or the new
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(folder)  # and the rename itself survives a crash of the node
+    finally:
+        os.close(folder)
 
 
 def main():
