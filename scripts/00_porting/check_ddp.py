@@ -3,19 +3,25 @@
 Plain Python: the checker reads your script with the standard library (ast) and runs none of
 it, so it needs no GPU, no torch and no launcher. Copy this file into your project if you like.
 
-Check scripts (one line per finding, as linters print them; exit 0: none, 1: findings,
-2: a file could not be read):
+Check scripts (one line per finding, as linters print them: file:line:col: CODE severity:
+message; exit 0: no error or warning, 1: errors or warnings, 2: a file could not be read):
     python scripts/00_porting/check_ddp.py train.py [more.py ...]
+    python scripts/00_porting/check_ddp.py --ignore DDP04,DDP070 train.py   # codes or prefixes
+    python scripts/00_porting/check_ddp.py --select DDP020 --severity warning train.py
     python scripts/00_porting/check_ddp.py --format json train.py
     python scripts/00_porting/check_ddp.py --explain DDP030      # what a rule means, the fix
     python scripts/00_porting/check_ddp.py --list                # every rule
 Silence a finding you mean on its line: `# noqa: DDP030` (or a bare `# noqa`).
+Severities: error (the code shows the pitfall), warning (it does, but it is sometimes meant),
+note (it may: what the checker cannot see decides; notes alone exit 0).
 
 Check a job before it trains (needs torch): run it under the job's own launcher line.
 Every rank checks the launcher's variables, its GPU, the rendezvous address, and an
 all_reduce of known values (right answer, bandwidth); rank 0 prints one table and a verdict.
+Give the training command after `--`, and it also says when GPUs are visible but the
+training would run on the CPUs.
     python scripts/00_porting/check_ddp.py --preflight
-    torchrun --standalone --nproc_per_node=4 scripts/00_porting/check_ddp.py --preflight
+    torchrun --standalone --nproc_per_node=4 scripts/00_porting/check_ddp.py --preflight -- train.py --lr 0.1
     mpiexec -n 8 python scripts/00_porting/check_ddp.py --preflight
     srun --ntasks=8 python scripts/00_porting/check_ddp.py --preflight
 The job templates (slurm_job.sh, pbs_job.sh) run it before training: one line to delete.
@@ -32,81 +38,93 @@ import zlib
 from pathlib import Path
 
 PAGE = "docs/check.md"  # the page that explains every rule (--explain prints its section)
+SEVERITIES = ("note", "warning", "error")
 
 
 # ---------------------------------------------------------------------------- the rules
 class Rule:
-    def __init__(self, code, chapter, page, title, fix):
+    def __init__(self, code, chapter, page, severity, title, fix):
         self.code, self.chapter, self.page, self.title, self.fix = code, chapter, page, title, fix
+        self.severity = severity
 
 
 # --8<-- [start:rules]
 RULES = {rule.code: rule for rule in [
-    Rule("DDP010", "01", "chapters/01_data_parallel_ddp.md",
+    Rule("DDP010", "01", "chapters/01_data_parallel_ddp.md", "error",
          "a shuffling DataLoader with no DistributedSampler: every rank trains on the whole data set",
          "DataLoader(dataset, sampler=DistributedSampler(dataset), ...), or give each rank its own shard"),
-    Rule("DDP020", "02", "chapters/02_collectives.md",
+    Rule("DDP020", "02", "chapters/02_collectives.md", "error",
          "a collective inside a branch on the rank: the ranks that skip it leave the others waiting",
          "call every collective on every rank, in the same order (add 0 where a rank has nothing)"),
-    Rule("DDP030", "03", "chapters/03_distributed_sampler.md",
+    Rule("DDP030", "03", "chapters/03_distributed_sampler.md", "warning",
          "a shuffling DistributedSampler whose set_epoch() is never called: the same order every epoch",
          "call sampler.set_epoch(epoch) at the start of every epoch"),
-    Rule("DDP031", "03", "chapters/03_distributed_sampler.md",
+    Rule("DDP031", "03", "chapters/03_distributed_sampler.md", "warning",
          "an evaluation through a DistributedSampler: it pads the shards with repeated samples",
          "give rank r the samples range(r, len(dataset), world_size), or evaluate on rank 0 alone"),
-    Rule("DDP032", "03", "chapters/03_distributed_sampler.md",
+    Rule("DDP032", "03", "chapters/03_distributed_sampler.md", "warning",
          "the whole evaluation set read on every rank, then all-reduced: each sample counted world_size "
          "times",
          "give rank r the samples range(r, len(dataset), world_size) before the all_reduce, or evaluate "
          "on rank 0 alone without it"),
-    Rule("DDP040", "04", "chapters/04_logging_and_checkpoints.md",
-         "torch.save of a state_dict on every rank: N writers of one file",
+    Rule("DDP040", "04", "chapters/04_logging_and_checkpoints.md", "error",
+         "torch.save on every rank: N writers of one file",
          "save on rank 0 alone (if rank == 0:), then dist.barrier() before anyone reads it"),
-    Rule("DDP041", "04", "chapters/04_logging_and_checkpoints.md",
+    Rule("DDP041", "04", "chapters/04_logging_and_checkpoints.md", "error",
          "the DDP wrapper's state_dict() saved: every key starts with 'module.', a plain model cannot "
          "load it",
          "save model.module.state_dict(), the plain model inside the wrapper"),
-    Rule("DDP042", "04", "chapters/04_logging_and_checkpoints.md",
+    Rule("DDP042", "04", "chapters/04_logging_and_checkpoints.md", "warning",
          "torch.load without map_location: on GPUs every rank loads onto the GPU that saved the file",
          "torch.load(path, map_location=device), this rank's device"),
-    Rule("DDP050", "05", "chapters/05_gradient_accumulation.md",
+    Rule("DDP050", "05", "chapters/05_gradient_accumulation.md", "warning",
          "gradient accumulation without no_sync(): every micro-batch's backward() all-reduces",
          "with model.no_sync(): on all micro-batches but the last (forward and backward inside it)"),
-    Rule("DDP060", "06", "chapters/06_mixed_precision.md",
+    Rule("DDP060", "06", "chapters/06_mixed_precision.md", "error",
          "fp16 autocast without a GradScaler: small gradients underflow to zero",
          "scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(optimizer); "
          "scaler.update(); or autocast with dtype=torch.bfloat16"),
-    Rule("DDP070", "07", "chapters/07_batchnorm_and_buffers.md",
-         "warning: BatchNorm in a DDP model without SyncBatchNorm: each rank normalizes with its own batch's "
+    Rule("DDP070", "07", "chapters/07_batchnorm_and_buffers.md", "warning",
+         "BatchNorm in a DDP model without SyncBatchNorm: each rank normalizes with its own batch's "
          "statistics",
          "model = nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP(model) (if per-rank statistics "
          "are not what you mean)"),
-    Rule("DDP110", "11", "chapters/11_replica_consistency.md",
+    Rule("DDP110", "11", "chapters/11_replica_consistency.md", "error",
          "model.module(...) called for training: DDP's forward is bypassed, gradients are not averaged",
          "call the wrapper, model(inputs); use model.module only to save or to evaluate"),
-    Rule("DDP130", "13", "chapters/13_multinode_and_hpc.md",
+    Rule("DDP130", "13", "chapters/13_multinode_and_hpc.md", "warning",
          "a fixed rendezvous port: two jobs on one node collide",
          "leave MASTER_PORT to the launcher, or derive it from the job id"),
-    Rule("DDP131", "13", "chapters/13_multinode_and_hpc.md",
+    Rule("DDP131", "13", "chapters/13_multinode_and_hpc.md", "error",
          "init_process_group with nccl and no torch.cuda.set_device: every rank's current GPU is GPU 0",
          "torch.cuda.set_device(local_rank) before init_process_group (device_id= alone leaves it at GPU 0)"),
-    Rule("DDP150", "15", "chapters/15_torch_compile_ddp.md",
+    Rule("DDP150", "15", "chapters/15_torch_compile_ddp.md", "error",
          "the compiled model's state_dict() saved: every key starts with '_orig_mod.'",
          "save the model inside the wrappers: model._orig_mod (and its .module under DDP), "
          "or compile with model.compile()"),
-    Rule("DDP160", "16", "chapters/16_fsdp.md",
+    Rule("DDP160", "16", "chapters/16_fsdp.md", "error",
          "torch.save of a sharded (FSDP) model's state_dict: each file holds one rank's shards",
          "torch.distributed.checkpoint (dcp.save) on every rank, or get_model_state_dict(..., "
          "full_state_dict=True) saved by rank 0"),
-    Rule("DDP170", "17", "chapters/17_zero_and_beyond.md",
+    Rule("DDP170", "17", "chapters/17_zero_and_beyond.md", "error",
          "a ZeroRedundancyOptimizer's state_dict() without consolidate_state_dict(): an error, or one "
          "rank's shard",
          "optimizer.consolidate_state_dict(to=0) on every rank, then rank 0 saves optimizer.state_dict()"),
-    Rule("DDP180", "18", "chapters/18_transformer.md",
-         "warning: a token loss averaged over this rank's own tokens (padding masked out): DDP then "
-         "averages the ranks' gradients, so a token weighs more on a rank with fewer tokens",
+    Rule("DDP180", "18", "chapters/18_transformer.md", "warning",
+         "a token loss averaged over this rank's own tokens (padding masked out): DDP then averages the "
+         "ranks' gradients, so a token weighs more on a rank with fewer tokens",
          "loss = token_sum / global_tokens * world_size, global_tokens being the token count "
          "all-reduced over the ranks"),
+    Rule("DDP190", "19", "chapters/19_metrics_and_decisions.md", "warning",
+         "a metric that is not a sum (F1, precision, recall, AUROC) averaged over the ranks: the mean of "
+         "the ranks' scores is not the score of the whole set",
+         "all-reduce the counts the metric is made of (true and false positives, ...) and compute it "
+         "once, or gather the predictions"),
+    Rule("DDP191", "19", "chapters/19_metrics_and_decisions.md", "warning",
+         "a loop left on a rank-local value (a local validation loss against the best one): ranks that "
+         "stay wait in the next collective for ranks that left",
+         "decide on one rank and broadcast the decision, or all-reduce the value first, so that every "
+         "rank leaves together"),
 ]}
 # --8<-- [end:rules]
 
@@ -114,15 +132,32 @@ COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into
                "broadcast_object_list", "barrier", "monitored_barrier", "reduce", "reduce_scatter",
                "reduce_scatter_tensor", "gather", "gather_object", "scatter", "scatter_object_list",
                "all_to_all", "all_to_all_single", "new_group"}
-RANK_NAMES = {"rank", "global_rank", "world_rank", "is_main", "is_main_process", "is_master",
-              "master_process", "is_rank_zero", "is_rank0", "main_process", "is_leader"}
-RANK_CALLS = {"get_rank", "is_main_process", "get_global_rank"}
+P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
+# Launcher variables that hold a rank: os.environ["RANK"] is the rank.
+RANK_ENV = {"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID"}
 # A save under these runs once per node (a local rank or GPU id): taken as guarded too.
-GUARD_NAMES = RANK_NAMES | {"local_rank", "node_rank", "gpu_id", "gpu"}
+GUARD_EXTRA = {"gpu", "gpu_id", "gpu_rank", "device_id"}
+# Decorators that run a function on rank 0 alone.
+RANK_ZERO_DECORATORS = re.compile(r"(?i)rank_?zero|master_only|main_process_only|on_main_process|main_only")
 NO_GRAD = {"no_grad", "inference_mode"}
 BUILTINS = {"len", "enumerate", "iter", "next", "zip", "list", "tuple", "print", "isinstance", "sorted"}
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+# Calls that start the process group, here or in a helper of the script's project.
+GROUP_HELPER = re.compile(
+    r"(?i)(init|setup|start)_?(dist|ddp|distributed)|(dist|ddp|distributed)_?(init|setup)"
+)
+# Metrics that are ratios of counts (or rankings): the mean of the ranks' values is not the value.
+NOT_A_SUM = re.compile(
+    r"(?i)(^|_)(f1|fbeta|f_beta|precision|recall|auroc|roc_auc|auc|average_precision|"
+    r"matthews|mcc|kappa|iou|miou|jaccard|dice|balanced_accuracy|accuracy_score)(_score)?$"
+)
+# Values a script leaves a loop on that each rank computes for itself, unless a collective
+# made them equal: a loss, a metric, a best value, a patience counter.
+LOCAL_DECISION = re.compile(r"(?i)loss|acc|metric|score|f1|auc|ppl|perplex|bleu|fitness|best|patience|"
+                            r"improv|early|bad_epoch")
 
 
 def dotted(node):
@@ -154,6 +189,96 @@ def keyword(call, name):
 
 def is_false(node):
     return isinstance(node, ast.Constant) and node.value in (False, None, 0)
+
+
+def is_true(node):
+    return (
+        node is not None and not is_false(node) and not (isinstance(node, ast.Constant) and node.value == "")
+    )
+
+
+def is_minus_one(node):
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+        return isinstance(node, ast.Constant) and node.value == 1
+    return isinstance(node, ast.Constant) and node.value == -1
+
+
+def is_rank_word(name):
+    """A name that holds the rank or says 'this is rank 0': rank, local_rank, RANK, ddp_rank,
+    get_rank, is_main_process, master_process, is_master, is_global_zero, ..."""
+    n = name.lower()
+    return bool(
+        re.search(r"(^|_)rank(_?id)?$", n)
+        or re.fullmatch(
+            r"(is_)?(local_|global_)?(main|master|leader|primary)_(process|proc|rank|node|worker)", n
+        )
+        or re.fullmatch(r"is_(local_|global_)?(main|master|leader|primary|zero|first|rank_?0|rank_?zero)", n)
+        or re.fullmatch(r"(is_)?rank_?(0|zero)", n)
+    )
+
+
+def is_flag_test(node):
+    """`RANK != -1`, `args.local_rank == -1`, `args.gpu is None`, `"RANK" in os.environ`: whether
+    the job is distributed, the same answer on every rank."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return False
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    if is_minus_one(left) or is_minus_one(right):
+        return True
+    if isinstance(op, (ast.Is, ast.IsNot)) and (is_false(left) or is_false(right)):
+        return True
+    return (
+        isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) and isinstance(left.value, str)
+    )
+
+
+def rank_zero_side(test):
+    """(the value tested, True) for `x == 0`, `x in {-1, 0}`, `x < 1`; (..., False) for
+    `x != 0`, `x > 0`, `x >= 1`, `x not in (-1, 0)`: rank 0 or the others. None otherwise."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    op, right = test.ops[0], test.comparators[0]
+    values = ([e.value for e in right.elts if isinstance(e, ast.Constant)]
+              if isinstance(right, (ast.Set, ast.Tuple, ast.List)) else
+              [right.value] if isinstance(right, ast.Constant) else [])
+    if not values or not all(isinstance(v, int) for v in values):
+        return None
+    left = ast.dump(test.left)
+    if isinstance(op, (ast.In, ast.NotIn)) and 0 in values:
+        return left, isinstance(op, ast.In)
+    value = values[0]
+    sides = {(ast.Eq, 0): True, (ast.NotEq, 0): False, (ast.Gt, 0): False, (ast.GtE, 1): False,
+             (ast.Lt, 1): True, (ast.LtE, 0): True}
+    side = sides.get((type(op), value))
+    return None if side is None else (left, side)
+
+
+def negates(a, b):
+    """`T` and `not T`, `x == y` and `x != y` (also <, >=; >, <=; in, not in), or rank 0 and the
+    others (`rank == 0` and `rank > 0`)."""
+    za, zb = rank_zero_side(a), rank_zero_side(b)
+    if za and zb and za[0] == zb[0] and za[1] != zb[1]:
+        return True
+    if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.Not):
+        return ast.dump(a.operand) == ast.dump(b)
+    if isinstance(b, ast.UnaryOp) and isinstance(b.op, ast.Not):
+        return ast.dump(b.operand) == ast.dump(a)
+    pairs = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
+             ast.LtE: ast.Gt, ast.In: ast.NotIn, ast.NotIn: ast.In}
+    return (isinstance(a, ast.Compare) and isinstance(b, ast.Compare) and len(a.ops) == len(b.ops) == 1
+            and pairs.get(type(a.ops[0])) is type(b.ops[0]) and ast.dump(a.left) == ast.dump(b.left)
+            and ast.dump(a.comparators[0]) == ast.dump(b.comparators[0]))
+
+
+def unwrap_iter(node):
+    """The data a loop reads: `loader` in enumerate(loader), tqdm(loader), iter(loader),
+    metric_logger.log_every(loader, ...)."""
+    while isinstance(node, ast.Call) and node.args and (
+            last(node) in ("enumerate", "iter", "tqdm", "log_every", "zip", "islice", "Prefetcher")
+            or last(node).endswith(("Prefetcher", "prefetcher"))):
+        node = node.args[0]
+    return node
 
 
 # ------------------------------------------------------------------- variant scripts
@@ -212,26 +337,61 @@ class Checker:
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
         self.functions = {n.name: n for n in tree.body if isinstance(n, FUNCTION)}
+        self.classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        self.aliases = self._aliases()
+        self._tainted, self._memo = {}, {}
         self.reachable = self._reachable()
-        self.nodes = [n for n in self._walk(tree)]
+        self.nodes = list(self._walk(tree))
         self.calls = [n for n in self.nodes if isinstance(n, ast.Call)]
         self.attrs = {n.attr for n in self.nodes if isinstance(n, ast.Attribute)}
-        self.names = {n.id for n in self.nodes if isinstance(n, ast.Name)} | {
-            a.asname or a.name.split(".")[-1] for n in self.nodes
-            if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        self.names = {n.id for n in self.nodes if isinstance(n, ast.Name)} | set(self.aliases)
         self.modules = {a.name for n in self.nodes if isinstance(n, ast.Import) for a in n.names} | {
             n.module or "" for n in self.nodes if isinstance(n, ast.ImportFrom)}
-        self.distributed = self._is_distributed()
-        self.bindings = self._bindings()
-        self._guarded_functions, self._early_exits, self._tainted = {}, {}, {}
         self.methods = {n.name for n in self.nodes if isinstance(n, FUNCTION)
                         and isinstance(self.parents.get(n), ast.ClassDef)}
+        self._scope = {}
+        self.by_scope = {}  # scope -> its own nodes (not those of functions inside it)
+        for node in self.nodes:
+            self.by_scope.setdefault(self.function_of(node), []).append(node)
+        self.defs = {}  # scope -> {name: function defined directly in it}
+        for node in self.nodes:
+            if isinstance(node, FUNCTION):
+                self.defs.setdefault(self.function_of(node), {})[node.name] = node
+        self.ddp_calls = [c for c in self.calls if self.is_ddp_call(c)]
+        self.distributed = self._is_distributed()
+        self.bindings = self._bindings()
+        self.sites = {}  # function -> the calls of it in this file
+        for call in self.calls:
+            target = self.callee(call)
+            if target is not None:
+                self.sites.setdefault(target, []).append(call)
 
     # -- which code runs
+    def _aliases(self):
+        """local name -> what it imports: {'DDP': 'torch.nn.parallel.DistributedDataParallel',
+        'dist': 'torch.distributed', 'autocast': 'torch.cuda.amp.autocast'}."""
+        out = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    out[a.asname or a.name] = f"{node.module or ''}.{a.name}"
+        return out
+
+    def origin(self, node):
+        """The dotted name of `node` with its first part resolved through the imports."""
+        name = dotted(node)
+        head, _, rest = name.partition(".")
+        if head in self.aliases:
+            return self.aliases[head] + ("." + rest if rest else "")
+        return name
+
     def _reachable(self):
         """Module-level functions reachable from the module's own code; all of them in a
         module that calls none (a library)."""
-        top = [n for n in self.tree.body if n.__class__.__name__ not in ("FunctionDef", "AsyncFunctionDef")]
+        top = [n for n in self.tree.body if not isinstance(n, FUNCTION)]
         seen, todo = set(), [n for stmt in top for n in ast.walk(stmt)]
         while todo:
             node = todo.pop()
@@ -248,8 +408,45 @@ class Checker:
             if (self.parents.get(child) is self.tree and isinstance(child, FUNCTION)
                     and child.name not in self.reachable):
                 continue
+            if isinstance(node, ast.If) and child in (
+                node.body
+                if self.constant(node.test) is False
+                else node.orelse
+                if self.constant(node.test) is True
+                else ()
+            ):
+                continue  # `use_compile = False` ... `if use_compile:`: code that never runs
             yield child
             yield from self._walk(child)
+
+    def constant(self, test):
+        """True or False for a test that is a constant, or a module-level name assigned one
+        constant once (`use_compile = False`); None otherwise."""
+        if isinstance(test, ast.Constant):
+            return bool(test.value)
+        if isinstance(test, ast.Name):
+            if "module_constants" not in self._memo:
+                bound = {}
+                for stmt in ast.walk(self.tree):
+                    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                        for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                            for n in ast.walk(t):
+                                if isinstance(n, ast.Name):
+                                    bound.setdefault(n.id, []).append(stmt)
+                    elif isinstance(
+                        stmt, (ast.For, ast.With, ast.Import, ast.ImportFrom, ast.arg) + FUNCTION
+                    ):
+                        names = [stmt.arg] if isinstance(stmt, ast.arg) else [getattr(stmt, "name", None)]
+                        for n in names:
+                            if n:
+                                bound.setdefault(n, []).append(None)
+                self._memo["module_constants"] = {
+                    name: stmts[0].value.value for name, stmts in bound.items()
+                    if len(stmts) == 1 and isinstance(stmts[0], ast.Assign) and stmts[0] in self.tree.body
+                    and isinstance(stmts[0].value, ast.Constant) and isinstance(stmts[0].value.value, bool)}
+            value = self._memo["module_constants"].get(test.id)
+            return None if value is None else bool(value)
+        return None
 
     def ancestors(self, node):
         while node in self.parents:
@@ -257,8 +454,80 @@ class Checker:
             yield node
 
     def function_of(self, node):
-        return next((a for a in self.ancestors(node) if isinstance(a, FUNCTION)),
-                    self.tree)
+        """The innermost function around `node` (a lambda counts), or the module."""
+        if node not in self._scope:
+            self._scope[node] = next((a for a in self.ancestors(node) if isinstance(a, SCOPE)), self.tree)
+        return self._scope[node]
+
+    def enclosing(self, scope):
+        """`scope` and the scopes around it, innermost first, the module last."""
+        out = [scope]
+        while scope is not self.tree:
+            scope = self.function_of(scope)
+            out.append(scope)
+        return out
+
+    def class_of(self, scope):
+        parent = self.parents.get(scope)
+        return parent if isinstance(parent, ast.ClassDef) else None
+
+    def callee(self, call):
+        """The function of this file that `call` runs: a function by its name (nested ones
+        first), a method through self/cls, or through an instance of a class of this file."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            for scope in self.enclosing(self.function_of(call)):
+                found = self.defs.get(scope, {}).get(func.id)
+                if found is not None:
+                    return found
+            return self.functions.get(func.id)
+        if not isinstance(func, ast.Attribute):
+            return None
+        owner, cls = func.value, None
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            cls = next((a for a in self.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+        elif isinstance(owner, ast.Call) and last(owner) in self.classes:
+            cls = self.classes[last(owner)]
+        elif isinstance(owner, ast.Name):
+            made = {
+                last(v) for v in self.assigned(owner.id, self.function_of(call)) if isinstance(v, ast.Call)
+            }
+            cls = next((self.classes[m] for m in made if m in self.classes), None)
+        if cls is None:
+            return None
+        return next((n for n in cls.body if isinstance(n, FUNCTION) and n.name == func.attr), None)
+
+    def own_nodes(self, function):
+        return self.by_scope.get(function, [])
+
+    def params(self, function):
+        args = function.args
+        return [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+
+    def arguments_for(self, function, name):
+        """The values passed for parameter `name` at the calls of `function` in this file."""
+        params = self.params(function)
+        if name not in params:
+            return []
+        index = params.index(name)
+        out = []
+        for site in self.sites.get(function, []):
+            shift = 1 if params[:1] in (["self"], ["cls"]) and isinstance(site.func, ast.Attribute) else 0
+            if 0 <= index - shift < len(site.args) and not isinstance(site.args[index - shift], ast.Starred):
+                out.append((site.args[index - shift], site))
+            value = keyword(site, name)
+            if value is not None:
+                out.append((value, site))
+        return out
+
+    def is_ddp_call(self, call):
+        """DistributedDataParallel(...) in any spelling: DDP(...), nn.parallel.DistributedDataParallel,
+        an alias, or a helper that says it wraps in DDP (smart_DDP, wrap_ddp)."""
+        name = last(call)
+        if name == "DistributedDataParallel" or self.origin(call.func).endswith("DistributedDataParallel"):
+            return True
+        return bool(re.search(r"(?i)ddp", name)) and not re.search(
+            r"(?i)setup|init|cleanup|destroy|^is_|get_|args|kwargs|config|rank|world|sync|hook|state", name)
 
     def _is_distributed(self):
         imports = [n for n in self.nodes if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -266,126 +535,296 @@ class Checker:
             n.module or "" for n in imports if isinstance(n, ast.ImportFrom)}
         names = {a.name for n in imports if isinstance(n, ast.ImportFrom) for a in n.names}
         return (any(m.startswith("torch.distributed") for m in modules)
-                or bool(names & {"DistributedDataParallel", "distributed"})
-                or any(last(c) == "init_process_group" for c in self.calls))
+                or bool(names & {"DistributedDataParallel", "distributed", "DistributedSampler"})
+                or bool(self.ddp_calls)
+                or "DistributedDataParallel" in self.attrs or "DistributedSampler" in self.attrs
+                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c)) for c in self.calls))
+
+    # -- what names hold: a DDP wrapper, a compiled model, a sampler ...
+    def call_kind(self, call):
+        name, origin = last(call), self.origin(call.func)
+        if self.is_ddp_call(call):
+            return "ddp"
+        if origin in ("torch.compile", "compile") and (
+            origin == "torch.compile" or "compile" in self.aliases
+        ):
+            return "compile"
+        if name in ("FullyShardedDataParallel", "FSDP", "fully_shard"):
+            return "fsdp"
+        if name == "ZeroRedundancyOptimizer":
+            return "zero"
+        if name == "DistributedSampler":
+            return "sampler"
+        return None
 
     def _bindings(self):
-        """name -> [(kind, line, scope)]: what a name was bound to ('ddp', 'compile', 'fsdp',
-        'zero', 'sampler', 'loader', 'state_dict'), where."""
-        kinds = {"DistributedDataParallel": "ddp", "DDP": "ddp", "compile": "compile",
-                 "FullyShardedDataParallel": "fsdp", "FSDP": "fsdp", "fully_shard": "fsdp",
-                 "ZeroRedundancyOptimizer": "zero", "DistributedSampler": "sampler"}
+        """key -> [(kinds, line, scope)], in the order of the source: what a name ('model'),
+        an attribute ('self.model') or a wrapper's inside ('model.module') was bound to."""
         bound = {}
-
-        def kind_of(call):
-            kind = kinds.get(last(call))
-            if kind == "compile" and dotted(call.func) not in ("torch.compile", "compile"):
-                kind = None
-            return kind
-
-        for node in self.nodes:
-            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
-                continue
-            call = node.value
-            # a, b = build(...): what a function of this file returns, element by element
-            function = self.functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
-            if function is not None and isinstance(node.targets[0], ast.Tuple):
-                for ret in ast.walk(function):
-                    if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
-                        for target, value in zip(node.targets[0].elts, ret.value.elts, strict=False):
-                            kind = kind_of(value) if isinstance(value, ast.Call) else None
-                            if kind is None and isinstance(value, ast.Name):
-                                kind = next((k for k, *_ in bound.get(value.id, [])), None)
-                            if kind and isinstance(target, ast.Name):
-                                where = (kind, node.lineno, self.function_of(node))
-                                bound.setdefault(target.id, []).append(where)
-                continue
-            kind = kinds.get(last(call))
-            if kind == "compile" and dotted(call.func) not in ("torch.compile", "compile"):
-                kind = None
-            if kind is None and any(last(c) == "state_dict" for c in ast.walk(call)
-                                    if isinstance(c, ast.Call)):
-                kind = "state_dict"
-            for target in node.targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name) and kind:
-                        bound.setdefault(name.id, []).append((kind, node.lineno, self.function_of(node)))
+        assigns = sorted((n for n in self.nodes if isinstance(n, (ast.Assign, ast.AnnAssign))
+                          and n.value is not None), key=lambda n: (n.lineno, n.col_offset))
+        self.bindings = bound
+        for node in assigns:
+            scope = self.function_of(node)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            for target in targets:
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+                    pairs = list(zip(target.elts, value.elts, strict=False))
+                elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and self.callee(value):
+                    returned = [r.value for r in ast.walk(self.callee(value))
+                                if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)]
+                    pairs = [(t, r.elts[i]) for r in returned[:1] for i, t in enumerate(target.elts)
+                             if i < len(r.elts)]
+                    scope_of_value = self.callee(value)
+                    for t, v in pairs:
+                        self._bind(t, self.value_kinds(v, v.lineno, scope_of_value), node, scope, v)
+                    continue
+                else:
+                    pairs = [(target, value)]
+                for t, v in pairs:
+                    self._bind(t, self.value_kinds(v, node.lineno, scope), node, scope, v)
         return bound
 
-    def kinds_of(self, node, at=None):
-        """What the name `node` was bound to, in its scope, at or before line `at`."""
-        if not isinstance(node, ast.Name):
+    def _bind(self, target, kinds, node, scope, value):
+        key = dotted(target)
+        if not key:
+            return
+        wrapped = value
+        while isinstance(wrapped, ast.Call) and isinstance(wrapped.func, ast.Attribute) \
+                and wrapped.func.attr in ("to", "cuda", "half", "float", "train", "requires_grad_"):
+            wrapped = wrapped.func.value
+        inner = None
+        if isinstance(wrapped, ast.Call) and self.is_ddp_call(wrapped) and wrapped.args:
+            inner = self.value_kinds(wrapped.args[0], node.lineno - 1, scope)  # before this line's binding
+        if key.startswith(("self.", "cls.")):
+            scope = self.class_of(scope) or scope
+        self.bindings.setdefault(key, []).append((kinds, node.lineno, scope))
+        if inner is not None:
+            self.bindings.setdefault(key + ".module", []).append((inner, node.lineno, scope))
+
+    def value_kinds(self, value, line, scope):
+        kinds = set()
+        if isinstance(value, ast.Call):
+            kind = self.call_kind(value)
+            if kind:
+                kinds.add(kind)
+            elif isinstance(value.func, ast.Attribute) and value.func.attr in (
+                    "to", "cuda", "half", "float", "train", "eval", "requires_grad_"):
+                kinds |= self.value_kinds(value.func.value, line, scope)
+            elif (
+                last(value) == "getattr"
+                and len(value.args) == 3
+                and isinstance(value.args[1], ast.Constant)
+                and value.args[1].value == "module"
+            ):  # getattr(model, "module", model): the model inside
+                kinds |= self.value_kinds(ast.Attribute(value=value.args[0], attr="module"), line, scope)
+            elif last(value) == "deepcopy" and value.args:
+                kinds |= self.value_kinds(value.args[0], line, scope)
+            if any(isinstance(c, ast.Call) and last(c) == "state_dict" for c in ast.walk(value)):
+                kinds.add("state_dict")
+        elif isinstance(value, ast.IfExp):
+            inside = [
+                b
+                for b, other in ((value.body, value.orelse), (value.orelse, value.body))
+                if isinstance(b, ast.Attribute) and b.attr == "module" and dotted(b.value) == dotted(other)
+            ]
+            if inside and dotted(inside[0].value):  # model.module if ddp else model: the model inside, always
+                return self.value_kinds(inside[0], line, scope)
+            kinds |= self.value_kinds(value.body, line, scope) | self.value_kinds(value.orelse, line, scope)
+        elif isinstance(value, ast.BoolOp):
+            for v in value.values:
+                kinds |= self.value_kinds(v, line, scope)
+        elif isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+            for v in value.elts:
+                kinds |= self.value_kinds(v, line, scope)
+        elif isinstance(value, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+            kinds |= self.value_kinds(value.elt, line, scope)
+        elif isinstance(value, ast.Subscript):
+            kinds |= self.value_kinds(value.value, line, scope)
+        elif isinstance(value, (ast.Name, ast.Attribute)):
+            kinds |= self.kinds_of(value, line, scope)
+        return kinds
+
+    def kinds_of(self, node, at=None, scope=None):
+        """What the name or attribute `node` was bound to where it is used (or at line `at`
+        in `scope`): the last binding before it in its own function, else those around it."""
+        key = dotted(node)
+        if not key:
             return set()
-        scope, line = self.function_of(node), at or node.lineno
-        return {kind for kind, bound_at, where in self.bindings.get(node.id, [])
-                if bound_at <= line and where in (scope, self.tree)}
+        scope = scope if scope is not None else self.function_of(node)
+        line = at or getattr(node, "lineno", 0)
+        entries = self.bindings.get(key, [])
+        if key.startswith(("self.", "cls.")):
+            cls = next((a for a in [scope, *self.ancestors(scope)] if isinstance(a, ast.ClassDef)), None)
+            return {k for kinds, _, where in entries if where is cls for k in kinds}
+        chain = self.enclosing(scope)
+        own = [kinds for kinds, at_line, where in entries if where is scope and at_line <= line]
+        if own:
+            return {k for kinds in own for k in kinds}  # any branch's binding: it may hold any of them
+        return {k for kinds, _, where in entries if where in chain[1:] for k in kinds}
+
+    def assigned(self, name, scope):
+        """The values assigned to `name` in `scope` and the scopes around it."""
+        if "assignments" not in self._memo:
+            table = {}
+            for n in self.nodes:
+                if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                    where = self.function_of(n)
+                    for target in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                        for t in ast.walk(target):
+                            key = dotted(t) if isinstance(t, (ast.Name, ast.Attribute)) else ""
+                            if key:
+                                table.setdefault(key, []).append((n.value, where, n))
+            self._memo["assignments"] = table
+        chain = self.enclosing(scope)
+        return [value for value, where, _ in self._memo["assignments"].get(name, []) if where in chain]
 
     # -- the rank
-    def is_rank_test(self, test, names=RANK_NAMES, tainted=()):
-        for node in ast.walk(test):
-            if isinstance(node, (ast.Name, ast.Attribute)) and last(node) in names:
-                return True
-            if isinstance(node, ast.Name) and node.id in tainted:
-                return True
-            if isinstance(node, ast.Call) and last(node) in RANK_CALLS:
-                return True
-            if isinstance(node, ast.Constant) and node.value == "RANK":
-                return True
+    def rank_atom(self, node, extra=()):
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+            name = last(node)
+            return bool(name) and (is_rank_word(name) or name in extra)
+        if isinstance(node, ast.Constant):
+            return node.value in RANK_ENV
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            return isinstance(node.slice.value, str) and is_rank_word(node.slice.value)
         return False
 
-    def rank_tainted(self, scope):
-        """Names in `scope` whose value depends on the rank (assigned from an expression that
-        mentions it), to a fixed point."""
-        if id(scope) in self._tainted:
-            return self._tainted[id(scope)]
-        tainted, changed = set(), True
-        assigns = [n for n in ast.walk(scope) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                   and n.value is not None]
+    def depends_on_rank(self, expr, tainted=(), extra=(), loose=False):
+        """Whether `expr`'s value differs by rank. Strict (for branches): a device or a path
+        made from the rank is not a decision on it; loose (for file names): it is."""
+        todo = [expr]
+        while todo:
+            node = todo.pop()
+            if is_flag_test(node) or isinstance(node, SCOPE):
+                continue
+            if self.rank_atom(node, extra):
+                return True
+            if isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in tainted:
+                return True
+            if isinstance(node, ast.JoinedStr) and not loose:
+                continue
+            if isinstance(node, ast.Call):
+                if not loose and last(node) in (
+                    "device",
+                    "cuda",
+                    "to",
+                    "str",
+                    "format",
+                    "join",
+                    "manual_seed",
+                    "seed",
+                    "print",
+                    "Generator",
+                ):
+                    continue
+                if isinstance(node.func, ast.Attribute):
+                    todo.append(node.func.value)  # the receiver of a method: loss in loss.item()
+                todo.extend(node.args)
+                todo.extend(k.value for k in node.keywords)
+                continue
+            if isinstance(node, ast.Attribute):
+                if isinstance(node.value, ast.Attribute):
+                    todo.append(node.value)  # a.b of a.b.c may be a value of its own
+                continue  # args.distributed: the attribute is the value, not args
+            todo.extend(ast.iter_child_nodes(node))
+        return False
+
+    def tainted(self, scope, loose=False):
+        """Names and attributes in `scope` (and around it) whose value depends on the rank,
+        to a fixed point: `args.rank = ...` marks args.rank, not args."""
+        key = (id(scope), loose)
+        if key in self._tainted:
+            return self._tainted[key]
+        outer = set() if scope is self.tree else self.tainted(self.function_of(scope), loose)
+        tainted = set(outer)
+        assigns = [
+            n
+            for n in self.by_scope.get(scope, [])
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None
+        ]
+        changed = True
         while changed:
             changed = False
             for node in assigns:
-                if self.is_rank_test(node.value, tainted=tainted):
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    for target in targets:
-                        for name in ast.walk(target):
-                            if isinstance(name, ast.Name) and name.id not in tainted:
-                                tainted.add(name.id)
-                                changed = True
-        self._tainted[id(scope)] = tainted
+                if not self.depends_on_rank(node.value, tainted, loose=loose):
+                    continue
+                for t in self.targets_of(
+                    node, lambda value: self.depends_on_rank(value, tainted, loose=loose)
+                ):
+                    name = dotted(t)
+                    if name and name not in tainted:
+                        tainted.add(name)
+                        changed = True
+        self._tainted[key] = tainted
         return tainted
 
-    def guarded(self, node, names=GUARD_NAMES):
-        """Inside a branch on the rank, or after an early return/exit on it, or in a function
-        that is only called so."""
-        for ancestor in self.ancestors(node):
-            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) \
-                    and self.is_rank_test(ancestor.test, names):
-                return True
+    @staticmethod
+    def targets_of(node, depends):
+        """The targets of an assignment that get a value `depends` picks: in `a, b = x, y`
+        each its own; in `a, b = f(x)` both."""
+        out = []
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) \
+                    and len(target.elts) == len(node.value.elts):
+                out += [t for t, v in zip(target.elts, node.value.elts, strict=True) if depends(v)]
+            elif depends(node.value):
+                out += target.elts if isinstance(target, ast.Tuple) else [target]
+        return out
+
+    def rank_test(self, test, scope, guard=False):
+        return self.depends_on_rank(test, self.tainted(scope), GUARD_EXTRA if guard else ())
+
+    def guarded(self, node):
+        """Runs on a subset of the ranks: inside a branch on the rank, after an early
+        return on it, in a rank-0 function (a decorator), or in a function only called so."""
         scope = self.function_of(node)
-        if any(line < node.lineno for line in self.early_exits(scope, names)):
+        for ancestor in self.ancestors(node):
+            if ancestor is scope:
+                break
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self.rank_test(
+                ancestor.test, scope, True
+            ):
+                return True
+        if any(line < node.lineno for line in self.early_exits(scope)):
             return True
-        method = isinstance(self.parents.get(scope), ast.ClassDef)
-        if scope is self.tree or not (method or scope.name in self.functions):
+        if scope is self.tree or isinstance(scope, ast.Lambda):
             return False
-        key = (id(scope), names is GUARD_NAMES)
-        if key not in self._guarded_functions:
-            self._guarded_functions[key] = False  # a recursive call: not guarded by itself
-            sites = [c for c in self.calls if (isinstance(c.func, ast.Attribute) if method
-                                                else isinstance(c.func, ast.Name)) and last(c) == scope.name]
-            self._guarded_functions[key] = bool(sites) and all(self.guarded(site, names) for site in sites)
-        return self._guarded_functions[key]
+        if any(RANK_ZERO_DECORATORS.search(dotted(d.func if isinstance(d, ast.Call) else d))
+               for d in scope.decorator_list):
+            return True
+        key = ("guarded", scope)
+        if key not in self._memo:
+            self._memo[key] = False  # a recursive call: not guarded by itself
+            sites = self.sites.get(scope, [])
+            self._memo[key] = bool(sites) and all(self.guarded(site) for site in sites)
+        return self._memo[key]
 
-    def early_exits(self, scope, names):
+    def early_exits(self, scope):
         """Lines of `if <rank test>: return/raise/continue` in `scope` (not in functions inside it)."""
-        key = (id(scope), names is GUARD_NAMES)
-        if key not in self._early_exits:
-            self._early_exits[key] = [
-                stmt.lineno for stmt in self.nodes if isinstance(stmt, ast.If) and stmt.body
+        key = ("exits", scope)
+        if key not in self._memo:
+            self._memo[key] = [
+                stmt.lineno for stmt in self.by_scope.get(scope, []) if isinstance(stmt, ast.If) and stmt.body
                 and isinstance(stmt.body[-1], (ast.Return, ast.Raise, ast.Continue))
-                and self.function_of(stmt) is scope and self.is_rank_test(stmt.test, names)]
-        return self._early_exits[key]
+                and self.rank_test(stmt.test, scope, True)]
+        return self._memo[key]
 
-    def in_no_grad(self, node):
+    def guarded_within(self, node, function):
+        """Guarded by code inside `function` itself (a branch, an early exit, a decorator)."""
+        for ancestor in self.ancestors(node):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and self.rank_test(ancestor.test, function, True):
+                return True
+        return any(line < node.lineno for line in self.early_exits(function)) or any(
+            RANK_ZERO_DECORATORS.search(dotted(d.func if isinstance(d, ast.Call) else d))
+            for d in getattr(function, "decorator_list", []))
+
+    def in_no_grad(self, node, strict=False):
+        """Under `with torch.no_grad()` (or inference_mode), in a function decorated so, or
+        (unless strict) in a function that calls .eval()."""
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, ast.With) and any(last(item.context_expr) in NO_GRAD
                                                       for item in ancestor.items):
@@ -393,23 +832,149 @@ class Checker:
             if isinstance(ancestor, FUNCTION):
                 if any(last(d) in NO_GRAD for d in ancestor.decorator_list):
                     return True
-                if any(isinstance(c, ast.Call) and last(c) == "eval" and not c.args
-                       for c in ast.walk(ancestor)):
+                if not strict and self.calls_eval(ancestor):
                     return True
         return False
 
+    def calls_eval(self, function):
+        key = ("eval", function)
+        if key not in self._memo:
+            self._memo[key] = any(isinstance(c, ast.Call) and last(c) == "eval" and not c.args
+                                  for c in ast.walk(function))
+        return self._memo[key]
+
+    # -- what functions of this file do, followed into the functions they call
+    def _follow(self, function, what, seen=None):
+        """The first node `what(node)` picks in `function` or in a function of this file it
+        calls (outside its own rank branches), as (node, the function that holds it)."""
+        key = (what.__name__, function)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # recursion: nothing new
+        found = None
+        for node in sorted(
+            self.own_nodes(function), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))
+        ):
+            if not isinstance(node, ast.Call) or self.guarded_within(node, function):
+                continue
+            if what(node):
+                found = (node, function)
+                break
+            target = self.callee(node)
+            if target is not None and target is not function:
+                inner = self._follow(target, what)
+                if inner is not None:
+                    found = inner
+                    break
+        self._memo[key] = found
+        return found
+
+    def is_collective(self, call):
+        name = last(call)
+        if name not in COLLECTIVES:
+            return False
+        if isinstance(call.func, ast.Attribute):
+            return bool(re.search(r"(^|\.)(dist|distributed)$", self.origin(call.func.value)))
+        return isinstance(call.func, ast.Name) and self.aliases.get(name, "").startswith("torch.distributed")
+
+    def is_backward(self, call):
+        return last(call) == "backward" and isinstance(call.func, ast.Attribute)
+
+    def is_optimizer_step(self, call):
+        """optimizer.step(), scaler.step(opt), opt_step(): not scheduler.step() or ema.step()."""
+        name = last(call)
+        if name == "step" and isinstance(call.func, ast.Attribute):
+            return not re.search(r"(?i)sched|lr|warm|ema|progress|pbar|prof|meter|timer|stopper",
+                                 dotted(call.func.value) or last(call.func.value))
+        return bool(re.search(r"(?i)optim\w*step|step_optim|^optimize$|_optimize$", name))
+
     # -- findings
-    def add(self, code, node, message):
-        self.findings.append((node.lineno, node.col_offset + 1, code, message, node))
+    def add(self, code, node, message, severity=None):
+        self.findings.append((node.lineno, node.col_offset + 1, code, severity or RULES[code].severity,
+                              message, node))
 
     def check(self):
         if self.distributed:
-            for rule in (self.rule_loader, self.rule_collective_branch, self.rule_set_epoch,
-                         self.rule_padded_eval, self.rule_full_eval, self.rule_saves, self.rule_load,
-                         self.rule_no_sync, self.rule_fp16, self.rule_batchnorm, self.rule_module_call,
-                         self.rule_port, self.rule_nccl_device, self.rule_zero, self.rule_token_mean):
+            for rule in (
+                self.rule_loader,
+                self.rule_collective_branch,
+                self.rule_set_epoch,
+                self.rule_padded_eval,
+                self.rule_full_eval,
+                self.rule_stream_eval,
+                self.rule_data_not_split,
+                self.rule_saves,
+                self.rule_load,
+                self.rule_no_sync,
+                self.rule_fp16,
+                self.rule_batchnorm,
+                self.rule_module_call,
+                self.rule_port,
+                self.rule_nccl_device,
+                self.rule_zero,
+                self.rule_token_mean,
+                self.rule_metric_mean,
+                self.rule_local_exit,
+            ):
                 rule()
         return self.findings
+
+    # -- DDP010 and the data: whose is it?
+    def rank_carriers(self):
+        """Objects that carry the rank into code elsewhere: `args` where args.rank exists, or
+        args handed to init_distributed_mode(args)."""
+        if "carriers" not in self._memo:
+            out = set()
+            for node in self.nodes:
+                if isinstance(node, ast.Attribute) and is_rank_word(node.attr) and dotted(node.value):
+                    out.add(dotted(node.value))
+                if isinstance(node, ast.Subscript) and self.rank_atom(node) and dotted(node.value):
+                    out.add(dotted(node.value))
+                if isinstance(node, ast.Call) and GROUP_HELPER.search(last(node)):
+                    out |= {dotted(a) for a in node.args if dotted(a)}
+            self._memo["carriers"] = out
+        return self._memo["carriers"]
+
+    def data_origin(self, expr, scope, depth=0):
+        """'split' (this rank's own data), 'whole' (the same data on every rank), or 'maybe'
+        (made elsewhere: it may be split there)."""
+        if expr is None or depth > 4:
+            return "maybe"
+        if self.depends_on_rank(expr, self.tainted(scope, loose=True), loose=True):
+            return "split"
+        if isinstance(expr, ast.Name):
+            values = self.assigned(expr.id, scope)
+            if values:
+                found = {self.data_origin(v, self.function_of(v), depth + 1) for v in values}
+            elif isinstance(scope, FUNCTION) and expr.id in self.params(scope):
+                passed = self.arguments_for(scope, expr.id)
+                found = {self.data_origin(v, self.function_of(site), depth + 1) for v, site in passed} or {
+                    "maybe"
+                }
+            else:
+                found = {"maybe"}
+            return "split" if "split" in found else "maybe" if "maybe" in found else "whole"
+        if isinstance(expr, ast.Call):
+            carriers = self.rank_carriers()
+            if any(isinstance(a, (ast.Name, ast.Attribute)) and dotted(a) in carriers
+                   for a in list(expr.args) + [k.value for k in expr.keywords]):
+                return "maybe"  # a helper that gets the rank with args may split the data
+            target = self.callee(expr) or (
+                self.classes.get(last(expr)) if last(expr) in self.classes else None
+            )
+            if target is not None and any(self.rank_atom(n) for n in ast.walk(target)):
+                return "maybe"
+            if (
+                last(expr) in ("next", "iter")
+                and expr.args
+                and not isinstance(expr.args[0], (ast.Name, ast.Call))
+            ):
+                return "maybe"  # next(self.data): read from an object made elsewhere
+            inner = [self.data_origin(a, scope, depth + 1) for a in expr.args[:1]
+                     if isinstance(a, (ast.Name, ast.Call))]
+            return "split" if "split" in inner else "maybe" if "maybe" in inner and last(expr) in (
+                "next", "iter") else "whole"
+        return "maybe"
 
     def rule_loader(self):
         for call in self.calls:
@@ -423,36 +988,161 @@ class Checker:
             if keyword(call, "generator") is not None:
                 continue  # an order of its own, chosen on purpose (a reference run every rank repeats)
             dataset = call.args[0] if call.args else keyword(call, "dataset")
-            scope = self.function_of(call)
-            if dataset is not None and self.is_rank_test(dataset, tainted=self.rank_tainted(scope)):
+            origin = self.data_origin(dataset, self.function_of(call))
+            if origin == "split":
                 continue  # this rank's own shard: a split of its own
-            self.add("DDP010", call, f"{name}(shuffle=...) without a sampler: every rank iterates over the "
-                     "whole data set; pass sampler=DistributedSampler(dataset)")
+            if origin == "whole":
+                self.add(
+                    "DDP010",
+                    call,
+                    f"{name}(shuffle=...) without a sampler: every rank iterates over the "
+                    "whole data set; pass sampler=DistributedSampler(dataset)",
+                )
+            else:
+                self.add("DDP010", call, f"{name}(shuffle=...) without a sampler, over a data set made "
+                         "elsewhere: unless it is split by rank there, every rank iterates over all of it; "
+                         "pass sampler=DistributedSampler(dataset)", "note")
+
+    def data_source(self, loop):
+        """What a loop reads, if this file shows it: ('loader', DataLoader call), or
+        ('stream', name) for `range(0, data.size(0), ...)` over a tensor."""
+        source = unwrap_iter(loop.iter)
+        scope = self.function_of(loop)
+        if isinstance(source, ast.Call) and last(source) == "DataLoader":
+            return "loader", source, scope
+        if isinstance(source, ast.Call) and last(source) == "range":
+            for node in ast.walk(source):
+                holder = None
+                if (
+                    isinstance(node, ast.Call)
+                    and last(node) == "size"
+                    and isinstance(node.func, ast.Attribute)
+                ):
+                    holder = node.func.value
+                elif isinstance(node, ast.Attribute) and node.attr == "shape":
+                    holder = node.value
+                elif isinstance(node, ast.Call) and last(node) == "len" and node.args:
+                    holder = node.args[0]
+                if isinstance(holder, ast.Name):
+                    return "stream", holder, scope
+            return None
+        if isinstance(source, ast.Name):
+            values = [v for v in self.assigned(source.id, scope) if isinstance(v, ast.Call)
+                      and last(v) == "DataLoader"]
+            if values:
+                return "loader", values[-1], self.function_of(values[-1])
+            if isinstance(scope, FUNCTION) and source.id in self.params(scope):
+                for value, site in self.arguments_for(scope, source.id):
+                    if isinstance(value, ast.Call) and last(value) == "DataLoader":
+                        return "loader", value, self.function_of(site)
+                    if isinstance(value, ast.Name):
+                        made = [v for v in self.assigned(value.id, self.function_of(site))
+                                if isinstance(v, ast.Call) and last(v) == "DataLoader"]
+                        if made:
+                            return "loader", made[-1], self.function_of(made[-1])
+        return None
+
+    def unsplit(self, source):
+        """The node to report if the data of `source` are neither a sampler's nor split by rank."""
+        kind, node, scope = source
+        if kind == "loader":
+            if keyword(node, "sampler") is not None or keyword(node, "batch_sampler") is not None \
+                    or is_true(keyword(node, "shuffle")):
+                return None  # a sampler's, or DDP010's
+            dataset = node.args[0] if node.args else keyword(node, "dataset")
+            return node if dataset is not None and self.data_origin(dataset, scope) == "whole" else None
+        return node if self.data_origin(node, scope) == "whole" else None
+
+    def rule_data_not_split(self):
+        """Training data neither a sampler's nor split by rank: a note (it may be split where
+        this file cannot see)."""
+        if not self.ddp_calls:
+            return
+        reported = set()
+        for loop in self.nodes:
+            if not isinstance(loop, ast.For) or self.in_no_grad(loop, strict=True):
+                continue
+            body = [n for s in loop.body for n in ast.walk(s)]
+            if not any(isinstance(c, ast.Call) and self.is_backward(c) for c in body):
+                continue
+            source = self.data_source(loop)
+            node = self.unsplit(source) if source else None
+            if node is None or id(node) in reported:
+                continue
+            reported.add(id(node))
+            self.add(
+                "DDP010",
+                node if source[0] == "loader" else loop,
+                f"every rank trains on `{ast.unparse(node)}`: neither a DistributedSampler's nor split by "
+                "rank here; unless it is split where this file cannot see, every rank reads the same "
+                "batches (a DistributedSampler, or rank r takes every world_size-th part)",
+                "note",
+            )
+
+    # -- DDP020: a collective on some ranks only
+    def performs_collective(self, function):
+        return self._follow(function, self.is_collective)
 
     def rule_collective_branch(self):
-        p2p = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
         for call in self.calls:
             name = last(call)
-            if name not in COLLECTIVES or name in p2p or not isinstance(call.func, (ast.Attribute, ast.Name)):
+            reached = None
+            if name in P2P:
                 continue
-            if isinstance(call.func, ast.Attribute) and not re.search(r"(^|\.)(dist|distributed)$",
-                                                                       dotted(call.func.value)):
-                continue
-            tainted = self.rank_tainted(self.function_of(call))
+            if not self.is_collective(call):
+                target = self.callee(call)
+                reached = self.performs_collective(target) if target is not None else None
+                if reached is None:
+                    continue
+            scope = self.function_of(call)
             child = call
             for ancestor in self.ancestors(call):
-                if isinstance(ancestor, ast.If) and self.is_rank_test(ancestor.test, tainted=tainted):
-                    other = ancestor.orelse if child in ancestor.body else ancestor.body
-                    if not any(isinstance(n, ast.Call) and last(n) == name
-                               for s in other for n in ast.walk(s)):
-                        self.add("DDP020", call, f"{name}() runs only on the ranks where "
-                                 f"`{ast.unparse(ancestor.test)}` holds: the other ranks never call it, "
-                                 "and the ranks that do wait for them")
+                if isinstance(ancestor, SCOPE):
                     break
-                if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if isinstance(ancestor, ast.If) and self.rank_test(ancestor.test, scope):
+                    in_body = child in ancestor.body
+                    other = ancestor.orelse if in_body else ancestor.body
+                    if not self.calls_named(other, name) and not self.complement(
+                        ancestor, in_body, name, scope
+                    ):
+                        test = ast.unparse(ancestor.test)
+                        if reached is None:
+                            self.add(
+                                "DDP020",
+                                call,
+                                f"{name}() runs only on the ranks where `{test}` holds: the "
+                                "other ranks never call it, and the ranks that do wait for them",
+                            )
+                        else:
+                            inner, _ = reached
+                            self.add(
+                                "DDP020",
+                                call,
+                                f"{name}() calls {last(inner)}() (line {inner.lineno}) only "
+                                f"on the ranks where `{test}` holds: the other ranks never call it, and "
+                                "the ranks that do wait for them",
+                            )
                     break
                 child = ancestor
 
+    @staticmethod
+    def calls_named(statements, name):
+        return any(isinstance(n, ast.Call) and last(n) == name for s in statements for n in ast.walk(s))
+
+    def complement(self, branch, in_body, name, scope):
+        """`if rank != 0: barrier()` ... `if rank == 0: barrier()`: every rank calls it once."""
+        for other in self.by_scope.get(scope, []):
+            if not isinstance(other, ast.If) or other is branch:
+                continue
+            if negates(other.test, branch.test):
+                if self.calls_named(other.body if in_body else other.orelse, name):
+                    return True
+            elif ast.dump(other.test) == ast.dump(branch.test):
+                if self.calls_named(other.orelse if in_body else other.body, name):
+                    return True
+        return False
+
+    # -- DDP030: set_epoch
     def samplers(self):
         return [c for c in self.calls if last(c) == "DistributedSampler"]
 
@@ -471,73 +1161,164 @@ class Checker:
                 continue  # no shuffle: the epoch changes nothing
             if self.handed_elsewhere(call):
                 continue  # given to a function of another file, which may call set_epoch
+            if self.evaluated(call) == "yes":
+                continue  # an evaluation's sampler: its order changes nothing (DDP031 has it)
             self.add("DDP030", call, "DistributedSampler shuffles, but set_epoch() is never called: every "
                      "epoch draws the same order; call sampler.set_epoch(epoch) at the start of each epoch")
 
+    def holders(self, made):
+        """Names that hold `made` (a call) or what is built on it: a loader on a sampler, a
+        BatchSampler on it, a dict of a loader's arguments."""
+        holder = self.parents.get(made)
+        if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
+            return set()
+        if "simple_assigns" not in self._memo:
+            self._memo["simple_assigns"] = [n for n in self.nodes if isinstance(n, ast.Assign)
+                                            and isinstance(n.targets[0], ast.Name)
+                                            and isinstance(n.value, (ast.Dict, ast.Call))]
+        names, changed = {holder.targets[0].id}, True
+        while changed:
+            changed = False
+            for node in self._memo["simple_assigns"]:
+                if node.targets[0].id in names:
+                    continue
+                value = node.value
+                built = isinstance(value, ast.Dict) and any(isinstance(v, ast.Name) and v.id in names
+                                                            for v in value.values)
+                built |= (
+                    isinstance(value, ast.Call)
+                    and (
+                        last(value) == "DataLoader" or last(value).endswith(("_loader", "Loader", "Sampler"))
+                    )
+                    and any(
+                        isinstance(v, ast.Name) and v.id in names
+                        for v in list(value.args) + [k.value for k in value.keywords]
+                    )
+                )
+                if built:
+                    names.add(node.targets[0].id)
+                    changed = True
+        return names
+
     def handed_elsewhere(self, sampler_call):
         """The sampler, or a loader built on it, is passed to a function this file does not define."""
+        if "handed" not in self._memo:  # the names passed to functions of other files, once
+            handed = set()
+            for call in self.calls:
+                callee = last(call)
+                if callee in self.functions or callee == "DataLoader" \
+                        or callee.endswith(("_loader", "Loader", "Sampler")):
+                    continue
+                if isinstance(call.func, ast.Name) and callee in BUILTINS:
+                    continue  # len(loader), enumerate(loader): no set_epoch in them
+                if isinstance(call.func, ast.Attribute) and call.func.attr in self.methods:
+                    continue
+                handed |= {
+                    v.id
+                    for v in list(call.args) + [k.value for k in call.keywords]
+                    if isinstance(v, ast.Name)
+                }
+            self._memo["handed"] = handed
+        return bool(self.holders(sampler_call) & self._memo["handed"])
+
+    # -- DDP031: an evaluation through a padding sampler
+    def loaders_on(self, sampler_call):
+        """The DataLoader calls built on a sampler (a name, inline, or through a BatchSampler)."""
         holder = self.parents.get(sampler_call)
-        if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
-            return False
-        names = {holder.targets[0].id}
-        for node in self.nodes:  # loaders built on it, and dicts of a loader's arguments
-            if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
+        if isinstance(holder, ast.keyword) and isinstance(self.parents.get(holder), ast.Call):
+            outer = self.parents[holder]
+            return [outer] if last(outer) == "DataLoader" else self.loaders_on(outer)
+        names = self.holders(sampler_call)
+        if "dataloaders" not in self._memo:
+            self._memo["dataloaders"] = [c for c in self.calls if last(c) == "DataLoader"]
+        return [
+            c
+            for c in self._memo["dataloaders"]
+            if any(
+                isinstance(v, ast.Name) and v.id in names
+                for v in list(c.args[1:]) + [k.value for k in c.keywords]
+            )
+        ]
+
+    def reads_under_no_grad(self, name, scope, strict, depth=0):
+        """`name` (a loader) is iterated under no_grad in `scope`, or in a function of this
+        file it is passed to: 'yes'; passed to an evaluate()/validate() of another file: 'note'."""
+        verdict = None
+        for node in self.by_scope.get(scope, []):
+            if isinstance(node, (ast.For, ast.comprehension)) and any(
+                    isinstance(n, ast.Name) and n.id == name for n in ast.walk(unwrap_iter(node.iter))):
+                if self.in_no_grad(node.iter, strict):
+                    return "yes"
+            if not (
+                isinstance(node, ast.Call)
+                and any(
+                    isinstance(a, ast.Name) and a.id == name
+                    for a in list(node.args) + [k.value for k in node.keywords]
+                )
+            ):
                 continue
-            value = node.value
-            if isinstance(value, ast.Dict) and any(isinstance(v, ast.Name) and v.id in names
-                                                   for v in value.values):
-                names.add(node.targets[0].id)
-            if isinstance(value, ast.Call) and any(isinstance(k.value, ast.Name) and k.value.id in names
-                                                   and k.arg in ("sampler", None) for k in value.keywords):
-                names.add(node.targets[0].id)
-        for call in self.calls:
-            callee = last(call)
-            if callee in self.functions or callee == "DataLoader" or callee.endswith(("_loader", "Loader")):
-                continue
-            if isinstance(call.func, ast.Name) and callee in BUILTINS:
-                continue  # len(loader), enumerate(loader): no set_epoch in them
-            if isinstance(call.func, ast.Attribute) and call.func.attr in self.methods:
-                continue
-            values = list(call.args) + [k.value for k in call.keywords]
-            if any(isinstance(v, ast.Name) and v.id in names for v in values):
-                return True
-        return False
+            target = self.callee(node)
+            if target is not None and depth < 3:
+                params = self.params(target)
+                shift = 1 if params[:1] in (["self"], ["cls"]) and isinstance(node.func, ast.Attribute) else 0
+                for i, a in enumerate(node.args):
+                    if isinstance(a, ast.Name) and a.id == name and i + shift < len(params):
+                        strict_here = strict and not any(last(d) in NO_GRAD for d in target.decorator_list)
+                        if (
+                            self.reads_under_no_grad(params[i + shift], target, strict_here, depth + 1)
+                            == "yes"
+                        ):
+                            return "yes"
+            elif target is None and re.search(r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)",
+                                              last(node)):
+                verdict = "note"
+        return verdict
+
+    def evaluated(self, sampler_call):
+        """'yes': a loader on this sampler is read under no_grad (here or in a function of this
+        file it goes to); 'note': it goes to an evaluate() of another file; None: neither."""
+        key = ("evaluated", sampler_call)
+        if key in self._memo:
+            return self._memo[key]
+        shuffle = keyword(sampler_call, "shuffle")
+        if len(sampler_call.args) >= 4:
+            shuffle = sampler_call.args[3]
+        strict = not (shuffle is not None and is_false(shuffle))  # a shuffling sampler: no_grad proper
+        verdict = None
+        for loader_call in self.loaders_on(sampler_call):
+            holder = self.parents.get(loader_call)
+            while isinstance(holder, ast.Call) and last(holder) in ("enumerate", "tqdm", "iter", "log_every"):
+                holder = self.parents.get(holder)
+            if isinstance(holder, (ast.For, ast.comprehension)):
+                found = "yes" if self.in_no_grad(holder.iter, strict) else None
+            elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
+                found = self.reads_under_no_grad(holder.targets[0].id, self.function_of(holder), strict)
+            else:
+                found = None
+            verdict = found if found == "yes" else verdict or found
+        self._memo[key] = verdict
+        return verdict
 
     def rule_padded_eval(self):
         for call in self.samplers():
-            shuffle = keyword(call, "shuffle")
-            if len(call.args) >= 4:
-                shuffle = call.args[3]
             drop_last = keyword(call, "drop_last")
-            if shuffle is None or not is_false(shuffle) \
-                    or (drop_last is not None and not is_false(drop_last)):
+            if drop_last is not None and not is_false(drop_last):
                 continue
-            assign = self.parents.get(call)
-            if isinstance(assign, ast.Assign) and isinstance(assign.targets[0], ast.Name):
-                sampler = assign.targets[0].id
-                loaders = [c for c in self.calls if last(c) == "DataLoader" and isinstance(
-                    keyword(c, "sampler"), ast.Name) and keyword(c, "sampler").id == sampler]
-            elif isinstance(assign, ast.keyword) and assign.arg == "sampler":  # DataLoader(sampler=DS(...))
-                loaders = [c for c in self.calls if last(c) == "DataLoader" and keyword(c, "sampler") is call]
-            else:
-                continue
-            for loader_call in loaders:
-                holder = self.parents.get(loader_call)
-                if isinstance(holder, (ast.For, ast.comprehension)) and holder.iter is loader_call:
-                    evaluated = self.in_no_grad(loader_call)  # for x in DataLoader(...):
-                elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
-                    evaluated = self.evaluated(holder.targets[0].id)
-                else:
-                    continue
-                if evaluated:
-                    self.add("DDP031", call, "an evaluation loader's DistributedSampler pads the shards with "
-                             "repeated samples: they are counted twice; give rank r the samples "
-                             "range(r, N, world_size), or evaluate on rank 0 alone")
-                    break
+            verdict = self.evaluated(call)
+            if verdict == "yes":
+                self.add("DDP031", call, "an evaluation loader's DistributedSampler pads the shards with "
+                         "repeated samples: they are counted twice; give rank r the samples "
+                         "range(r, N, world_size), or evaluate on rank 0 alone")
+            elif verdict == "note":
+                self.add("DDP031", call, "this DistributedSampler's loader goes to an evaluation of another "
+                         "file: the sampler pads the shards with repeated samples, counted twice unless that "
+                         "code drops them (one result per sample id)", "note")
 
+    # -- DDP032: the whole evaluation set on every rank
     def rule_full_eval(self):
         """An unsharded loader read under no_grad on every rank, with a sum of the loop all-reduced
-        after it in the same function: every rank adds the same samples."""
+        after it in the same function: every rank adds the same samples. Without the all_reduce:
+        every rank evaluates the whole set (a note)."""
         loaders = {}
         for node in self.nodes:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
@@ -554,9 +1335,8 @@ class Checker:
             if not calls or not self.in_no_grad(loop.iter) or self.guarded(loop):
                 continue
             scope = self.function_of(loop)
-            tainted = self.rank_tainted(scope)
             if any(keyword(c, "sampler") is not None or keyword(c, "batch_sampler") is not None
-                   or (c.args and self.is_rank_test(c.args[0], tainted=tainted)) for c in calls):
+                   or (c.args and self.data_origin(c.args[0], scope) == "split") for c in calls):
                 continue  # a sampler, or this rank's own shard of the data set
             sums = {n.target.id for stmt in loop.body for n in ast.walk(stmt)
                     if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
@@ -573,33 +1353,177 @@ class Checker:
                              "world_size times; give rank r the samples range(r, N, world_size), or "
                              "evaluate on rank 0 alone")
                     break
+            else:
+                if self.ddp_calls and self.in_no_grad(loop.iter, strict=True) and all(
+                        c.args and self.data_origin(c.args[0], scope) == "whole" for c in calls):
+                    self.add(
+                        "DDP032",
+                        loop,
+                        f"every rank evaluates the whole of {ast.unparse(loop.iter)} (no "
+                        "sampler): N ranks do the same work; give rank r the samples range(r, N, "
+                        "world_size) and reduce the sums, or evaluate on rank 0 alone",
+                        "note",
+                    )
 
-    def evaluated(self, loader):
-        """The loader is iterated under no_grad/eval, here or in a function it is passed to."""
-        for node in self.nodes:
-            if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name) \
-                    and node.iter.id == loader and self.in_no_grad(node.iter):
+    def rule_stream_eval(self):
+        """A token stream (range over data.size(0)) evaluated under no_grad on every rank,
+        neither a sampler's nor split by rank: a note."""
+        if not self.ddp_calls:
+            return
+        for loop in self.nodes:
+            if (
+                not isinstance(loop, ast.For)
+                or not self.in_no_grad(loop.iter, strict=True)
+                or self.guarded(loop)
+            ):
+                continue
+            source = self.data_source(loop)
+            if source and source[0] == "stream" and self.unsplit(source) is not None:
+                self.add(
+                    "DDP032",
+                    loop,
+                    f"every rank evaluates the whole of `{ast.unparse(source[1])}` (not split "
+                    "by rank): N ranks do the same work; give rank r its share and reduce the sums, or "
+                    "evaluate on rank 0 alone",
+                    "note",
+                )
+
+    # -- DDP040, DDP041, DDP150, DDP160: what is saved, and by whom
+    def state_values(self, expr, scope, line, depth=0):
+        """The parts of a saved value that are a model's state: `.state_dict()` calls, and
+        modules saved whole (a DDP wrapper, model.module)."""
+        found = []
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and last(node) == "state_dict":
+                found.append(("state", node))
+            elif isinstance(node, (ast.Name, ast.Attribute)) and (
+                    (isinstance(node, ast.Attribute) and node.attr == "module")
+                    or self.kinds_of(node, line, scope) & {"ddp", "compile", "fsdp"}):
+                found.append(("module", node))
+            elif isinstance(node, ast.Name) and depth < 2:
+                for value in self.assigned(node.id, scope):
+                    if getattr(value, "lineno", line) < line:
+                        found += self.state_values(value, scope, value.lineno, depth + 1)
+        return found
+
+    def saver(self, function):
+        """In a function of this file: the torch.save it runs on whoever calls it (not under a
+        rank test of its own), if what it saves comes from its parameters."""
+        key = ("saver", function)
+        if key not in self._memo:
+            self._memo[key] = None
+            params = set(self.params(function))
+            for node in self.own_nodes(function):
+                if (
+                    isinstance(node, ast.Call)
+                    and self.origin(node.func) in ("torch.save", "save")
+                    and node.args
+                    and not self.guarded_within(node, function)
+                    and not self.per_rank_path(node)
+                    and any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(node.args[0]))
+                ):
+                    self._memo[key] = node
+                    break
+        return self._memo[key]
+
+    def per_rank_path(self, call, index=1, name="f"):
+        """The file name depends on the rank: each rank writes or reads its own file."""
+        path = call.args[index] if len(call.args) > index else keyword(call, name)
+        scope = self.function_of(call)
+        return path is not None and self.depends_on_rank(path, self.tainted(scope, loose=True), loose=True)
+
+    def loaded_plain(self, state):
+        """The file loads what `state` (a wrapper's state_dict() call) saves into a model that
+        is not the wrapper: `plain.load_state_dict(checkpoint["model"])`, the key it was saved
+        under (or a torch.load of it, saved alone)."""
+        holder = self.parents.get(state)
+        key = None
+        if isinstance(holder, ast.Dict):
+            index = next((i for i, v in enumerate(holder.values) if v is state), None)
+            found = holder.keys[index] if index is not None else None
+            key = found.value if isinstance(found, ast.Constant) else None
+        elif isinstance(holder, ast.Call) and last(holder) == "dict":
+            key = next((k.arg for k in holder.keywords if k.value is state), None)
+        for call in self.calls:
+            if last(call) != "load_state_dict" or not call.args or not isinstance(call.func, ast.Attribute):
+                continue
+            if "ddp" in self.kinds_of(call.func.value, call.lineno, self.function_of(call)):
+                continue
+            values = [call.args[0]] + [v for n in ast.walk(call.args[0]) if isinstance(n, ast.Name)
+                                       for v in self.assigned(n.id, self.function_of(call))]
+            nodes = [n for v in values for n in ast.walk(v)]
+            if key is not None and any(isinstance(n, ast.Constant) and n.value == key for n in nodes):
                 return True
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                    and node.func.id in self.functions \
-                    and any(isinstance(a, ast.Name) and a.id == loader for a in node.args):
-                function = self.functions[node.func.id]
-                if any(last(d) in NO_GRAD for d in function.decorator_list):
-                    return True
+            if key is None and isinstance(holder, ast.Call) and last(holder) != "dict" and any(
+                    isinstance(n, ast.Call) and self.origin(n.func) == "torch.load" for n in nodes):
+                return True
         return False
 
-    def saved_state_dicts(self, save):
-        """The `X.state_dict()` calls whose result `save` writes: in its arguments, or in a
-        variable assigned in the same function and passed to it."""
-        found = [c for c in ast.walk(save) if isinstance(c, ast.Call) and last(c) == "state_dict"]
-        scope = self.function_of(save)
-        names = {n.id for arg in save.args[:1] for n in ast.walk(arg) if isinstance(n, ast.Name)}
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Assign) and node.lineno < save.lineno and any(
-                    isinstance(t, ast.Name) and t.id in names for t in node.targets):
-                found += [c for c in ast.walk(node.value)
-                          if isinstance(c, ast.Call) and last(c) == "state_dict"]
-        return found
+    def resumed(self, owner):
+        """The file loads a checkpoint back into this wrapper (owner.load_state_dict, or the
+        wrapper handed to a load/resume helper): its 'module.' keys come back where they were."""
+        if "loaded_into" not in self._memo:  # every name a checkpoint is loaded into, once
+            into = set()
+            for call in self.calls:
+                if last(call) == "load_state_dict" and isinstance(call.func, ast.Attribute):
+                    into.add(dotted(call.func.value))
+                elif re.search(r"(?i)load|resume|restore|restart", last(call)):
+                    into |= {dotted(v) for v in list(call.args) + [k.value for k in call.keywords]}
+            self._memo["loaded_into"] = into - {""}
+        return dotted(owner) in self._memo["loaded_into"]
+
+    def rule_saves(self):
+        shard_names = {"fully_shard", "FullyShardedDataParallel", "FSDP", "FSDPModule", "DTensor"}
+        sharded = bool(shard_names & self.names) \
+            or any("fsdp" in module for module in self.modules)
+        for call in self.calls:
+            name = self.origin(call.func)
+            if "save" not in last(call).lower() or name.startswith(("dcp.", "torch.distributed.checkpoint")):
+                continue
+            scope = self.function_of(call)
+            saved = [
+                v
+                for arg in call.args[:1] + [k.value for k in call.keywords if k.arg in ("obj", "state")]
+                for v in self.state_values(arg, scope, call.lineno)
+            ]
+            states = [node for kind, node in saved if kind == "state"]
+            for state in states:
+                owner = state.func.value if isinstance(state.func, ast.Attribute) else None
+                kinds = self.kinds_of(owner, call.lineno, scope) if owner is not None else set()
+                if "compile" in kinds:
+                    self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
+                             "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
+                elif "ddp" in kinds and self.resumed(owner) and not self.loaded_plain(state):
+                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its state_dict()'s "
+                             "keys start with 'module.'; this file loads them back into the wrapper, but a "
+                             f"plain model cannot: save {ast.unparse(owner)}.module.state_dict()", "note")
+                elif "ddp" in kinds:
+                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its "
+                             "state_dict()'s keys start with 'module.'; save "
+                             f"{ast.unparse(owner)}.module.state_dict()")
+            target = self.callee(call)
+            helper = self.saver(target) if target is not None else None
+            if not saved or not (name in ("torch.save", "save") or helper is not None):
+                continue
+            if sharded and not all(
+                self.full_state(state) or self.of_ddp(state, call.lineno) for state in states
+            ):
+                self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes "
+                         "its own shards; use torch.distributed.checkpoint (dcp.save)")
+            elif self.guarded(call) or (helper is None and self.per_rank_path(call)):
+                continue
+            elif helper is not None:
+                self.add(
+                    "DDP040",
+                    call,
+                    f"{last(call)}() runs torch.save (line {helper.lineno}) on every rank: N "
+                    "processes write the same file; call it on rank 0 alone (if rank == 0:), then "
+                    "dist.barrier()",
+                )
+            else:
+                whole = " (the whole module)" if all(kind == "module" for kind, _ in saved) else ""
+                self.add("DDP040", call, f"torch.save{whole} runs on every rank: N processes write the same "
+                         "file; save on rank 0 alone (if rank == 0:), then dist.barrier()")
 
     def full_state(self, state_call):
         """Inside `with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)`: the whole
@@ -614,59 +1538,75 @@ class Checker:
         return (isinstance(owner, ast.Attribute) and owner.attr == "module") \
             or "ddp" in self.kinds_of(owner, line)
 
-    def rule_saves(self):
-        shard_names = {"fully_shard", "FullyShardedDataParallel", "FSDP", "FSDPModule", "DTensor"}
-        sharded = bool(shard_names & self.names) \
-            or any("fsdp" in module for module in self.modules)
-        for call in self.calls:
-            name = dotted(call.func)
-            if "save" not in last(call).lower() or name.startswith(("dcp.", "torch.distributed.checkpoint")):
-                continue
-            states = self.saved_state_dicts(call)
-            for state in states:
-                owner = state.func.value if isinstance(state.func, ast.Attribute) else None
-                kinds = self.kinds_of(owner, call.lineno)
-                if "compile" in kinds:
-                    self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
-                             "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
-                elif "ddp" in kinds:
-                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its "
-                             "state_dict()'s keys start with 'module.'; save "
-                             f"{ast.unparse(owner)}.module.state_dict()")
-            if name not in ("torch.save", "save") or not states:
-                continue
-            if sharded and not all(self.full_state(state) or self.of_ddp(state, call.lineno)
-                                   for state in states):
-                self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes "
-                         "its own shards; use torch.distributed.checkpoint (dcp.save)")
-            elif not self.guarded(call):
-                self.add("DDP040", call, "torch.save runs on every rank: N processes write the same file; "
-                         "save on rank 0 alone (if rank == 0:), then dist.barrier()")
+    def mapped(self, call):
+        return len(call.args) >= 2 or keyword(call, "map_location") is not None
+
+    def other_branch_maps(self, call):
+        """`if args.gpu is None: torch.load(p) else: torch.load(p, map_location=loc)`: the
+        script chose where each case loads."""
+        branch = next((a for a in self.ancestors(call) if isinstance(a, ast.If)), None)
+        return branch is not None and any(
+            isinstance(n, ast.Call) and self.origin(n.func) == "torch.load" and self.mapped(n)
+            for n in ast.walk(branch))
 
     def rule_load(self):
         for call in self.calls:
-            if dotted(call.func) == "torch.load" and len(call.args) < 2 \
-                    and keyword(call, "map_location") is None and not self.guarded(call):
+            if self.origin(call.func) == "torch.load" and not self.mapped(call) and not self.guarded(call) \
+                    and not self.per_rank_path(call, 0, "f") and not self.other_branch_maps(call):
                 self.add("DDP042", call, "torch.load without map_location: tensors go back to the device "
                          "that saved them (on GPUs, one GPU for every rank); pass map_location=device")
 
+    # -- DDP050: accumulation without no_sync
     def rule_no_sync(self):
-        if "no_sync" in self.attrs or "require_backward_grad_sync" in self.attrs or "ddp" not in {
-                k for v in self.bindings.values() for k, *_ in v}:
+        if not self.ddp_calls:
             return
+        for node in self.nodes:  # the fix, where gradients are made (not in a no_grad evaluation)
+            if isinstance(node, ast.Attribute) and node.attr in ("no_sync", "require_backward_grad_sync") \
+                    and not self.in_no_grad(node, strict=True):
+                return
+            if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
+                    and "sync" in last(node.context_expr).lower() and node.context_expr.args:
+                return  # a no_sync helper of the project: with ddp_sync(ddp, last_round):
         for loop in self.nodes:
             if not isinstance(loop, (ast.For, ast.While)):
                 continue
             body = [n for s in loop.body for n in ast.walk(s)]
-            backwards = [c for c in body if isinstance(c, ast.Call) and last(c) == "backward"
-                         and not any(isinstance(a, ast.If) for a in self.between(c, loop))]
-            steps = [c for c in body if isinstance(c, ast.Call) and last(c) == "step"]
+            calls = [c for c in body if isinstance(c, ast.Call)]
+            backwards = [c for c in calls if self.is_backward(c)]
+            scaled = [
+                c for c in calls if keyword(c, "update_grad") is not None
+            ]  # loss_scaler(loss, opt, update_grad=)
+            if scaled and all(self.counts_steps(keyword(c, "update_grad")) for c in scaled):
+                self.add(
+                    "DDP050",
+                    scaled[0],
+                    f"{last(scaled[0])}(..., update_grad=...) runs backward() on every "
+                    "micro-batch and steps after several: each backward() all-reduces; wrap all but the "
+                    "last in model.no_sync()",
+                )
+                continue
             if not backwards:
                 continue
-            if not steps or all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
-                                    for a in self.between(s, loop)) for s in steps):
+            steps = [c for c in calls if self.is_optimizer_step(c) or (
+                self.callee(c) is not None and self._follow(self.callee(c), self.is_optimizer_step))]
+            if steps:
+                accumulating = all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
+                                       for a in self.between(s, loop)) for s in steps)
+            else:  # no step inside: micro-batches, with the step after the loop
+                words = ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test) + (
+                    ast.unparse(loop.target) if isinstance(loop, ast.For) else "")
+                accumulating = bool(re.search(r"(?i)micro|accum|chunk", words)) or self.step_after(loop)
+            if accumulating:
                 self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
                          "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
+
+    def step_after(self, loop):
+        """An optimizer step after the loop, in the loop or function around it."""
+        around = next(
+            (a for a in self.ancestors(loop) if isinstance(a, (ast.For, ast.While) + SCOPE)), self.tree
+        )
+        return any(isinstance(n, ast.Call) and self.is_optimizer_step(n) and n.lineno > loop.end_lineno
+                   for n in ast.walk(around))
 
     @staticmethod
     def counts_steps(test):
@@ -684,46 +1624,58 @@ class Checker:
             out.append(ancestor)
         return out
 
-    def resolves_to_fp16(self, node, depth=0):
-        if node is None or depth > 3:
+    # -- DDP060: fp16 without a scaler
+    def resolves_to_fp16(self, node, scope, depth=0):
+        """float16 possible: torch.float16, "fp16", a name bound to one, a dict lookup with
+        float16 among its values, either branch of a conditional."""
+        if node is None or depth > 4:
             return False
         for sub in ast.walk(node):
             if isinstance(sub, ast.Attribute) and sub.attr in ("float16", "half"):
                 return True
-            if isinstance(sub, ast.Constant) and sub.value in ("float16", "fp16", "half"):
+            if isinstance(sub, ast.Constant) and sub.value in ("float16", "fp16", "half", "16-mixed"):
                 return True
-            if isinstance(sub, ast.Name):
-                for assign in self.tree.body:
-                    if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == sub.id
-                                                              for t in assign.targets):
-                        if self.resolves_to_fp16(assign.value, depth + 1):
-                            return True
+            if isinstance(sub, ast.Name) and any(
+                    self.resolves_to_fp16(v, scope, depth + 1) for v in self.assigned(sub.id, scope)):
+                return True
         return False
 
     def rule_fp16(self):
-        if "GradScaler" in self.attrs | self.names and "scale" in self.attrs:
-            return
+        scaled = any(
+            last(c) in ("scale", "scale_loss")
+            or (  # scaler.scale(loss), apex's amp.scale_loss
+                re.search(r"(?i)scaler", last(c)) and not last(c)[:1].isupper() and c.args
+            )  # loss_scaler(loss, opt)
+            for c in self.calls
+        )
+        if scaled:
+            return  # the loss is scaled: by a GradScaler, or by a loss scaler of the project's
         for call in self.calls:
-            name = dotted(call.func)
+            name = self.origin(call.func)
             if last(call) != "autocast" or is_false(keyword(call, "enabled")):
                 continue
+            if self.in_no_grad(call, strict=True):
+                continue  # an evaluation: no backward, nothing to underflow
+            scope = self.function_of(call)
             dtype = keyword(call, "dtype")
-            device = call.args[0] if call.args else keyword(call, "device_type")
-            cuda_default = dtype is None and (name.endswith("cuda.amp.autocast")
-                                              or (isinstance(device, ast.Constant)
-                                                  and device.value == "cuda"))
-            if cuda_default or self.resolves_to_fp16(dtype):
+            if dtype is None and "cuda" not in name and len(call.args) >= 2:
+                dtype = call.args[1]  # torch.autocast(device_type, dtype)
+            device = call.args[0] if call.args and "cuda" not in name else keyword(call, "device_type")
+            cuda_default = dtype is None and (
+                name.endswith("cuda.amp.autocast")
+                or (isinstance(device, ast.Constant) and device.value == "cuda")
+            )
+            if cuda_default or self.resolves_to_fp16(dtype, scope):
                 self.add("DDP060", call, "autocast in float16 and no GradScaler: gradients below 6e-8 "
                          "become 0; scale the loss with torch.amp.GradScaler, or use dtype=torch.bfloat16")
 
     def rule_batchnorm(self):
-        wrapped = any(last(c) in ("DistributedDataParallel", "DDP") for c in self.calls)
         fixed = {"SyncBatchNorm", "convert_sync_batchnorm"} & (self.attrs | self.names)
-        if not wrapped or fixed:
+        if not self.ddp_calls or fixed:
             return
         for call in self.calls:
             if re.fullmatch(r"BatchNorm[123]d", last(call)):
-                self.add("DDP070", call, f"warning: {last(call)} in a DDP model without SyncBatchNorm: "
+                self.add("DDP070", call, f"{last(call)} in a DDP model without SyncBatchNorm: "
                          "each rank normalizes with its own batch's statistics; "
                          "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
                          "you mean")
@@ -737,34 +1689,65 @@ class Checker:
                 self.add("DDP110", call, f"{ast.unparse(call.func)}(...) bypasses DDP's forward: backward() "
                          "averages no gradient and the replicas drift apart; call the wrapper itself")
 
-    def constant_port(self, node):
+    # -- DDP130: a fixed port
+    def option_default(self, attribute):
+        """The default of the command-line option that `args.NAME` holds (add_argument)."""
+        for call in self.calls:
+            if last(call) != "add_argument":
+                continue
+            dest = keyword(call, "dest")
+            names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            dests = {dest.value} if isinstance(dest, ast.Constant) else {
+                n.lstrip("-").replace("-", "_") for n in names if n.startswith("--")}
+            if attribute in dests:
+                return keyword(call, "default")
+        return None
+
+    def constant_value(self, node, scope):
+        """The constant behind a value: itself, str()/int() of it, a name assigned one constant,
+        or an option's default (args.port)."""
         if isinstance(node, ast.Call) and last(node) in ("str", "int") and node.args:
             node = node.args[0]
         if isinstance(node, ast.Name):
-            values = [a.value for a in self.tree.body if isinstance(a, ast.Assign)
-                      and any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets)]
+            values = self.assigned(node.id, scope)
             node = values[0] if len(values) == 1 else node
-        return isinstance(node, ast.Constant) and str(node.value).isdigit()
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            default = self.option_default(node.attr)
+            node = default if default is not None else node
+        return node if isinstance(node, ast.Constant) else None
 
     def rule_port(self):
         for node in self.nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
-                    and t.slice.value == "MASTER_PORT" for t in node.targets) \
-                    and self.constant_port(node.value):
-                self.add("DDP130", node, "MASTER_PORT set to a fixed number: a second job on this node "
-                         "fails with 'address already in use'; leave it to the launcher or derive it from "
-                         "the job id")
+                    and t.slice.value == "MASTER_PORT" for t in node.targets):
+                value = self.constant_value(node.value, self.function_of(node))
+                if value is not None and str(value.value).isdigit():
+                    self.add(
+                        "DDP130",
+                        node,
+                        "MASTER_PORT set to a fixed number: a second job on this node "
+                        "fails with 'address already in use'; leave it to the launcher or derive it from "
+                        "the job id",
+                    )
             if isinstance(node, ast.Call) and last(node) == "setdefault" and len(node.args) == 2 \
-                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "MASTER_PORT" \
-                    and self.constant_port(node.args[1]):
-                self.add("DDP130", node, "MASTER_PORT defaults to a fixed number: a second job on this node "
-                         "fails with 'address already in use'; derive it from the job id")
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "MASTER_PORT":
+                value = self.constant_value(node.args[1], self.function_of(node))
+                if value is not None and str(value.value).isdigit():
+                    self.add("DDP130", node, "MASTER_PORT defaults to a fixed number: a second job on this "
+                             "node fails with 'address already in use'; derive it from the job id")
             if isinstance(node, ast.Call) and last(node) == "init_process_group":
                 method = keyword(node, "init_method")
-                if isinstance(method, ast.Constant) and re.search(r"^tcp://.*:\d+$", str(method.value)):
-                    self.add("DDP130", node, "init_method with a fixed port: a second job on this node "
-                             "collides; let the launcher set MASTER_ADDR and MASTER_PORT")
+                value = self.constant_value(method, self.function_of(node)) if method is not None else None
+                if value is not None and re.search(r"^tcp://.*:\d+/?$", str(value.value)):
+                    where = "" if value is method else f" (through {ast.unparse(method)})"
+                    self.add(
+                        "DDP130",
+                        value,
+                        f"init_method {value.value!r}{where}: a fixed port, so a second "
+                        "job on this node collides; let the launcher set MASTER_ADDR and MASTER_PORT "
+                        "(init_method='env://')",
+                    )
 
     def rule_nccl_device(self):
         if any(last(c) == "set_device" for c in self.calls) or self.library:
@@ -796,19 +1779,6 @@ class Checker:
                          "optimizer.consolidate_state_dict(to=0) on every rank first")
 
     # -- DDP180: the loss over sequences of different lengths
-    def assigned(self, name, scope):
-        """The values assigned to `name` in `scope` (and at module level)."""
-        if not hasattr(self, "_assignments"):
-            self._assignments = {}  # name -> [(value, scope)], made once
-            for n in self.nodes:
-                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
-                    where = self.function_of(n)
-                    for target in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                        for t in ast.walk(target):
-                            if isinstance(t, ast.Name):
-                                self._assignments.setdefault(t.id, []).append((n.value, where))
-        return [value for value, where in self._assignments.get(name, []) if where in (scope, self.tree)]
-
     def global_names(self):
         """Names all-reduced (their first argument), and the names computed from them."""
         names = {n.id for c in self.calls if last(c) == "all_reduce" and c.args
@@ -862,9 +1832,43 @@ class Checker:
                     todo += self.assigned(name, scope)
         return out
 
+    def padded(self):
+        """The file shows sequences of different lengths: a pad token or id, an attention
+        mask, a tokenizer asked to pad (not a convolution's padding, not a padded vocabulary)."""
+        names = re.compile(
+            r"(?i)pad|pad_?(id|idx|index|token|token_id|value|len|length)|padding_(value|side|idx)|"
+            r"attention_mask|pad_sequence|pad_to_multiple_of|pad_collate"
+        )
+        for node in self.nodes:
+            name = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else (
+                    node.arg
+                    if isinstance(node, ast.arg)
+                    else (
+                        node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+                    )
+                )
+            )
+            if name and names.fullmatch(name):
+                parent = self.parents.get(node)
+                if not (isinstance(parent, ast.Call) and parent.func is node):  # F.pad(x, ...) pads a tensor
+                    return True
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "padding"
+                and isinstance(node.value, ast.Constant)
+                and (node.value.value is True or node.value.value in ("max_length", "longest"))
+            ):
+                return True
+        return False
+
     def rule_token_mean(self):
-        wrappers = {"DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"}
-        if not any(last(c) in wrappers for c in self.calls):
+        wrappers = {"FullyShardedDataParallel", "FSDP", "fully_shard"}
+        if not (self.ddp_calls or any(last(c) in wrappers for c in self.calls)):
             return
         glob, local, fixed = self.global_names(), [], False
         for expr, scope in self.backpropagated():
@@ -880,19 +1884,220 @@ class Checker:
         if fixed:
             return
         for div in dict.fromkeys(local):
-            self.add("DDP180", div, f"warning: `{ast.unparse(div)}` divides the loss by this rank's own "
+            self.add("DDP180", div, f"`{ast.unparse(div)}` divides the loss by this rank's own "
                      "token count: DDP then averages the ranks' gradients, so a token weighs more on a rank "
                      "with fewer; divide by the all-reduced global count times the world size")
+        padded = self.padded()
         for call in self.calls:
             if last(call) not in ("cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss") \
                     or keyword(call, "ignore_index") is None or self.in_no_grad(call):
                 continue
             reduction = keyword(call, "reduction")
             if reduction is None or (isinstance(reduction, ast.Constant) and reduction.value == "mean"):
-                self.add("DDP180", call, f"warning: {last(call)}(ignore_index=...) averages over this rank's "
-                         "own real tokens: DDP then averages the ranks' gradients, so a token weighs more "
-                         "on a rank with fewer; use reduction=\"sum\" and divide by the all-reduced global "
-                         "count times the world size")
+                if padded:
+                    self.add(
+                        "DDP180",
+                        call,
+                        f"{last(call)}(ignore_index=...) averages over this rank's own "
+                        "real tokens: DDP then averages the ranks' gradients, so a token weighs more on a "
+                        'rank with fewer; use reduction="sum" and divide by the all-reduced global '
+                        "count times the world size",
+                    )
+                else:
+                    self.add(
+                        "DDP180",
+                        call,
+                        f"{last(call)}(ignore_index=...) averages over this rank's own "
+                        "targets: nothing here pads or masks them, but if some are ignored, a token weighs "
+                        'more on a rank with fewer; use reduction="sum" and the all-reduced global count',
+                        "note",
+                    )
+
+    # -- DDP190: a metric that is not a sum, averaged
+    def flowing(self, seeds, scope):
+        """`seeds` (dotted names) and the names assigned from them in `scope`, to a fixed point."""
+        names, changed = set(seeds), True
+        assigns = [
+            n
+            for n in self.by_scope.get(scope, [])
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None
+        ]
+        while changed:
+            changed = False
+            for node in assigns:
+                for t in self.targets_of(
+                    node,
+                    lambda value: any(
+                        isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) in names
+                        for n in ast.walk(value)
+                    ),
+                ):
+                    if dotted(t) and dotted(t) not in names:
+                        names.add(dotted(t))
+                        changed = True
+        return names
+
+    def rule_metric_mean(self):
+        for scope, nodes in self.by_scope.items():
+            seeds, metric = set(), {}
+            for node in nodes:
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                    made = next((c for c in ast.walk(node.value) if isinstance(c, ast.Call)
+                                 and NOT_A_SUM.search(last(c))), None)
+                    if made is not None:
+                        for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                            for t in ([target] if not isinstance(target, ast.Tuple) else target.elts):
+                                if dotted(t):
+                                    seeds.add(dotted(t))
+                                    metric[dotted(t)] = last(made)
+            if not seeds and not any(isinstance(c, ast.Call) and NOT_A_SUM.search(last(c)) for c in nodes):
+                continue
+            scores = self.flowing(seeds, scope)
+            for call in nodes:
+                if not (isinstance(call, ast.Call) and self.is_collective(call) and call.args):
+                    continue
+                inputs = call.args[1:] if last(call) in ("all_gather", "all_gather_object", "gather_object",
+                                                          "gather") else call.args[:1]
+                used = [dotted(n) for a in inputs for n in ast.walk(a)
+                        if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) in scores]
+                made_here = [last(n) for a in inputs for n in ast.walk(a)
+                             if isinstance(n, ast.Call) and NOT_A_SUM.search(last(n))]
+                if not used and not made_here:
+                    continue
+                made_by = next((metric[s] for s in seeds if s in used), None) or (
+                    made_here[0] if made_here else next(iter(metric.values())))
+                used = used or [made_by + "(...)"]
+                name = last(call)
+                averaged = False
+                if name == "all_reduce":
+                    op = keyword(call, "op") or (call.args[1] if len(call.args) > 1 else None)
+                    averaged = op is not None and dotted(op).endswith("AVG")
+                    reduced = dotted(call.args[0])
+                    if not averaged and (op is None or dotted(op).endswith("SUM")) and reduced:
+                        averaged = self.divided_by_world(reduced, scope, call.lineno)
+                elif name in ("all_gather", "all_gather_object", "gather_object", "gather") and dotted(
+                    call.args[0]
+                ):
+                    averaged = self.averaged_list(dotted(call.args[0]), scope, call.lineno)
+                if averaged:
+                    self.add(
+                        "DDP190",
+                        call,
+                        f"{name}() averages `{used[0]}`, made by {made_by}(), which is not a "
+                        "sum: the mean of the ranks' scores is not the score of the whole set; all-reduce "
+                        "the counts it is made of, or gather the predictions and score them once",
+                    )
+
+    def divided_by_world(self, name, scope, line):
+        """`x / world_size`, `x /= dist.get_world_size()` after line `line` in `scope`."""
+        world = re.compile(r"(?i)world|nprocs|num_replicas|num_gpus|n_gpus|ngpus")
+        for node in self.by_scope.get(scope, []):
+            if getattr(node, "lineno", 0) < line:
+                continue
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) or (
+                    isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div)):
+                left = node.left if isinstance(node, ast.BinOp) else node.target
+                right = node.right if isinstance(node, ast.BinOp) else node.value
+                if any(
+                    dotted(n) == name for n in ast.walk(left) if isinstance(n, (ast.Name, ast.Attribute))
+                ) and any(
+                    world.search(last(n))
+                    for n in ast.walk(right)
+                    if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+                ):
+                    return True
+        return False
+
+    def averaged_list(self, name, scope, line):
+        """A gathered list averaged after line `line`: mean(x), sum(x) / len(x)."""
+        for node in self.by_scope.get(scope, []):
+            if getattr(node, "lineno", 0) < line or not isinstance(node, ast.Call):
+                continue
+            if last(node) in ("mean", "average", "fmean") and any(
+                    dotted(n) == name for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))):
+                return True
+            parent = self.parents.get(node)
+            if (
+                last(node) == "sum"
+                and isinstance(parent, ast.BinOp)
+                and isinstance(parent.op, ast.Div)
+                and any(dotted(n) == name for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
+            ):
+                return True
+        return False
+
+    # -- DDP191: a loop left on a rank-local value
+    def synced(self, scope):
+        """Names a collective made the same on every rank (all_reduce'd, broadcast, gathered),
+        and the names computed from them."""
+        seeds = set()
+        for scope_here in self.enclosing(scope):
+            for call in self.by_scope.get(scope_here, []):
+                if (
+                    isinstance(call, ast.Call)
+                    and self.is_collective(call)
+                    and call.args
+                    and dotted(call.args[0])
+                ):
+                    seeds.add(dotted(call.args[0]))
+        return self.flowing(seeds, scope)
+
+    def rule_local_exit(self):
+        for loop in self.nodes:
+            if not isinstance(loop, (ast.For, ast.While)):
+                continue
+            scope = self.function_of(loop)
+            inside = [n for s in loop.body for n in ast.walk(s) if self.function_of(n) is scope]
+            calls = [c for c in inside if isinstance(c, ast.Call)]
+            if not any(self.is_collective(c) or (self.ddp_calls and self.is_backward(c)) or (
+                    self.callee(c) is not None and self.performs_collective(self.callee(c))) for c in calls):
+                continue  # no collective in it: a rank that leaves early strands no one
+            exits = [n for n in inside if (isinstance(n, ast.Break) and self.loop_of(n) is loop)
+                     or isinstance(n, ast.Return)]
+            if not exits:
+                continue
+            synced = self.synced(scope)
+            local = self.flowing(
+                {
+                    dotted(n)
+                    for n in ast.walk(loop)
+                    if isinstance(n, (ast.Name, ast.Attribute))
+                    and dotted(n)
+                    and LOCAL_DECISION.search(last(n))
+                },
+                scope,
+            )
+            for node in exits:
+                tests = [a.test for a in self.between(node, loop) if isinstance(a, (ast.If, ast.While))]
+                if not tests:
+                    continue
+                names = {
+                    dotted(n) for t in tests for n in ast.walk(t) if isinstance(n, (ast.Name, ast.Attribute))
+                }
+                names.discard("")
+                if names & synced:
+                    continue
+                on_rank = next((t for t in tests if self.depends_on_rank(t)), None)  # the rank itself
+                tainted = self.tainted(scope)
+                deciding = sorted(n for n in names if n in local or n in tainted)
+                exit_word = "break" if isinstance(node, ast.Break) else "return"
+                if on_rank is not None:
+                    self.add("DDP191", node, f"this {exit_word} leaves the loop only on the ranks where "
+                             f"`{ast.unparse(on_rank)}` holds: the ranks that stay wait in the loop's next "
+                             "collective for the ones that left; decide on every rank alike (broadcast the "
+                             "decision)")
+                elif deciding:
+                    self.add(
+                        "DDP191",
+                        node,
+                        f"this {exit_word} leaves the loop on `{deciding[0]}`, a value this "
+                        "rank computed alone: if another rank decides otherwise, it waits in the loop's "
+                        "next collective for the ones that left; all-reduce the value, or broadcast rank "
+                        "0's decision",
+                    )
+
+    def loop_of(self, node):
+        return next((a for a in self.ancestors(node) if isinstance(a, (ast.For, ast.While))), None)
 
 
 # ------------------------------------------------------------------------ reading files
@@ -912,7 +2117,7 @@ def read_source(path):
     if b"\0" in data:
         raise Unreadable(f"{path}: a binary file, not a Python script")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark is allowed, as Python allows it
     except UnicodeDecodeError:
         raise Unreadable(f"{path}: not UTF-8 text, not a Python script") from None
     try:
@@ -930,27 +2135,34 @@ def silenced(lines, node, code):
     return False
 
 
-def check_source(text, tree, path="<string>"):
-    """Findings as dicts: path, line, col, code, message, chapter, page, variant."""
+def selected(code, select=None, ignore=None):
+    """ruff's way: a code is kept if a --select entry is a prefix of it (all, without
+    --select) and no --ignore entry is."""
+    return (not select or any(code.startswith(s) for s in select)) and not any(
+        code.startswith(s) for s in ignore or ())
+
+
+def check_source(text, tree, path="<string>", select=None, ignore=None):
+    """Findings as dicts: path, line, col, code, severity, message, chapter, page, variant."""
     views = ["good", "bad"] if has_variants(tree) else [None]
     seen, out, lines = set(), [], text.splitlines()
     for view in views:
         viewed = VariantView(view).visit(ast.parse(text)) if view else tree
         ast.fix_missing_locations(viewed)
-        for line, col, code, message, node in sorted(Checker(viewed).check(), key=lambda f: f[:3]):
-            if (line, col, code) in seen or silenced(lines, node, code):
+        for line, col, code, severity, message, node in sorted(Checker(viewed).check(), key=lambda f: f[:3]):
+            if (line, col, code) in seen or silenced(lines, node, code) or not selected(code, select, ignore):
                 continue
             seen.add((line, col, code))
             rule = RULES[code]
-            out.append({"path": path, "line": line, "col": col, "code": code, "message": message,
-                        "chapter": rule.chapter, "page": rule.page,
+            out.append({"path": path, "line": line, "col": col, "code": code, "severity": severity,
+                        "message": message, "chapter": rule.chapter, "page": rule.page,
                         "variant": "bad" if view == "bad" else None})
     return sorted(out, key=lambda f: (f["line"], f["col"], f["code"]))
 
 
 def format_finding(f):
     where = " (with --variant bad)" if f["variant"] else ""
-    return (f"{f['path']}:{f['line']}:{f['col']}: {f['code']} {f['message']}{where} "
+    return (f"{f['path']}:{f['line']}:{f['col']}: {f['code']} {f['severity']}: {f['message']}{where} "
             f"(chapter {f['chapter']}: {f['page']})")
 
 
@@ -964,20 +2176,38 @@ def explain(code):
         section = re.search(rf"^## {rule.code}\b.*?(?=^## |\Z)", page.read_text(), re.M | re.S)
         if section:
             return section.group(0).rstrip()
-    return f"{rule.code}: {rule.title}\nfix: {rule.fix}\nchapter {rule.chapter}: {rule.page}"
+    return (
+        f"{rule.code} ({rule.severity}): {rule.title}\nfix: {rule.fix}\nchapter {rule.chapter}: {rule.page}"
+    )
+
+
+def plural(count, word):
+    return f"{count} {word}{'s' * (count != 1)}"
 
 
 def main_check(args):
     results, unreadable, plain = [], [], []
+    least = SEVERITIES.index(args.severity)
     for path in args.paths:
         try:
             text, tree = read_source(path)
         except Unreadable as error:
             unreadable.append(str(error))
             continue
-        results += check_source(text, tree, path)
+        results += [f for f in check_source(text, tree, path, args.select, args.ignore)
+                    if SEVERITIES.index(f["severity"]) >= least]
         if not Checker(tree).distributed:
             plain.append(path)  # a one-device script: the rules do not apply to it
+    failing = [f for f in results if f["severity"] != "note"]
+    code = 2 if unreadable else 1 if failing else 0
+    try:
+        report(args, results, unreadable, plain)
+    except BrokenPipeError:  # | head read what it wanted: stop quietly, with the same exit code
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
+
+
+def report(args, results, unreadable, plain):
     if args.format == "json":
         print(json.dumps({"findings": results, "errors": unreadable, "not_distributed": plain}, indent=2))
     else:
@@ -987,18 +2217,17 @@ def main_check(args):
             print(format_finding(finding))
         files = len({f["path"] for f in results})
         checked = len(args.paths) - len(unreadable)
-        summary = (f"{len(results)} finding{'s' * (len(results) != 1)} in {files} file{'s' * (files != 1)}"
-                   if results else "no findings")
+        counts = ", ".join(plural(n, s) for s in reversed(SEVERITIES)
+                           if (n := sum(f["severity"] == s for f in results)))
+        summary = f"{plural(len(results), 'finding')} in {plural(files, 'file')} ({counts})" if results else \
+            "no findings"
         if plain:
             them = "it" if len(plain) == 1 else "them"
             note = (f"{', '.join(map(str, plain))}: no torch.distributed in {them}: the DDP rules do not "
                     "apply (check the DDP version of your script)")
             summary = note if not results and len(plain) == checked else f"{summary}; {note}"
         print(summary, f"({checked} file(s) checked"
-              + (f", {len(unreadable)} unreadable)" if unreadable else ")"))
-    return 2 if unreadable else 1 if results else 0
-
-
+              + (f", {len(unreadable)} unreadable)" if unreadable else ")"), flush=True)
 # ------------------------------------------------------------------------ the preflight
 LAUNCHERS = [  # (name, rank, world size, local rank, local world size)
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
@@ -1085,6 +2314,55 @@ def shared_gpus(reports):
             "CUDA_VISIBLE_DEVICES" for (host, gpu), sharing in by_gpu.items() if len(sharing) > 1]
 
 
+def option_given(argv, options):
+    """The value given for any of `options` in a command line: True for a bare flag, the
+    next word or the part after '='; None if absent."""
+    for i, word in enumerate(argv):
+        name, eq, value = word.partition("=")
+        if name in options:
+            if eq:
+                return value
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            return following if following and not following.startswith("-") else True
+    return None
+
+
+def training_device(path, argv):
+    """Why the training command `path argv` would run on the CPUs, as its options show
+    (a --cuda flag not given, --cpu given, --device cpu, --backend gloo), or None."""
+    try:
+        _, tree = read_source(path)
+    except Unreadable:
+        return None
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and last(call) == "add_argument"):
+            continue
+        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        longs = [o for o in options if o.startswith("--")]
+        if not longs:
+            continue
+        words = {o.lstrip("-").replace("-", "_").lower() for o in longs}
+        action, default = keyword(call, "action"), keyword(call, "default")
+        action = action.value if isinstance(action, ast.Constant) else None
+        default = default.value if isinstance(default, ast.Constant) else None
+        given = option_given(argv, options)
+        shown = f"{os.path.basename(path)} {longs[0]}"
+        if (
+            action == "store_true"
+            and words & {"cuda", "gpu", "use_cuda", "use_gpu", "gpus"}
+            and given is None
+        ):
+            return f"{shown} is not given: it trains on the CPU"
+        if action == "store_true" and words & {"cpu", "no_cuda", "no_gpu", "use_cpu"} and given is not None:
+            return f"{shown} is given: it trains on the CPU"
+        value = given if isinstance(given, str) else default
+        if words & {"device", "accelerator"} and isinstance(value, str) and value.lower().startswith("cpu"):
+            return f"{shown} is {value!r}: it trains on the CPU"
+        if words & {"backend", "dist_backend"} and isinstance(value, str) and value.lower() == "gloo":
+            return f"{shown} is {value!r}: its ranks meet with gloo, on the CPU"
+    return None
+
+
 def preflight(args):
     import datetime
     import socket
@@ -1125,6 +2403,15 @@ def preflight(args):
         uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device))
     else:
         device, uuid = torch.device("cpu"), "-"  # gpu-checked: gloo checks the CPU path
+    # A CPU job on GPU nodes: the GPUs are visible, but the ranks would not use them.
+    warnings = []
+    if gpus and backend == "gloo":
+        warnings.append(f"{gpus} GPU(s) visible to each rank, but --backend gloo checks the ranks on the "
+                        "CPU: if the training should use the GPUs, check it with nccl")
+    reason = training_device(args.paths[0], args.paths[1:]) if args.paths else None
+    if gpus and reason:
+        warnings.append(f"{gpus} GPU(s) visible to each rank, but {reason}: give it its GPU flag, or ignore "
+                        "this if the CPUs are meant")
     # 2. Meet: a store at the rendezvous, every wait under --timeout.
     timeout = datetime.timedelta(seconds=args.timeout)
     me = {"rank": rank, "host": host, "launcher": launcher, "world": world, "local_rank": local,
@@ -1205,8 +2492,14 @@ def preflight(args):
         shown = (f"; {bandwidth:.2f} GB/s bus bandwidth ({args.megabytes} MiB, {backend})" if bandwidth
                  else "")
         print(f"all_reduce of known values: {result}{shown}")
-        print(f"preflight: {'OK' if not problems else 'FAIL'} in {time.monotonic() - started:.1f} s" +
-              (": " + "; ".join(problems) if problems else f": {world} rank(s) ready to train"), flush=True)
+        for warning in warnings:
+            print(f"preflight: warning: {warning}")
+        noted = f" ({len(warnings)} warning{'s' * (len(warnings) > 1)} above)" if warnings else ""
+        print(
+            f"preflight: {'OK' if not problems else 'FAIL'} in {time.monotonic() - started:.1f} s"
+            + (": " + "; ".join(problems) if problems else f": {world} rank(s) ready to train{noted}"),
+            flush=True,
+        )
     elif problems:
         print(f"preflight: rank {rank} stops: {problems[0]}", file=sys.stderr, flush=True)
     try:
@@ -1217,13 +2510,35 @@ def preflight(args):
     return 1 if problems else 0
 
 
+
+
 # ------------------------------------------------------------------------------ main
+def codes(text):
+    """'DDP04,DDP070' -> ['DDP04', 'DDP070']: rule codes or their prefixes, as ruff takes them."""
+    out = [part.strip().upper() for part in text.split(",") if part.strip()]
+    unknown = [c for c in out if not any(code.startswith(c) for code in RULES)]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no rule starts with {', '.join(unknown)} (--list shows the codes)")
+    return out
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="*", metavar="SCRIPT", help="the training scripts to check")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="SCRIPT",
+        help="the training scripts to check (with --preflight: after --, the training command)",
+    )
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="text: one line per finding (default); json: for tools")
+    parser.add_argument("--select", type=codes, action="extend", metavar="CODES",
+                        help="only these rules: codes or prefixes, comma-separated (DDP04 = DDP040-DDP042)")
+    parser.add_argument("--ignore", type=codes, action="extend", metavar="CODES",
+                        help="not these rules: codes or prefixes, comma-separated (e.g. DDP070,DDP18)")
+    parser.add_argument("--severity", choices=SEVERITIES, default="note",
+                        help="the least severity shown (default: %(default)s, all)")
     parser.add_argument("--explain", metavar="CODE", type=str.upper, choices=sorted(RULES),
                         help="what a rule means and how to fix it (e.g. DDP030; --list shows the codes)")
     parser.add_argument("--list", action="store_true", help="list every rule")
@@ -1246,20 +2561,20 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.list:
-        for rule in RULES.values():
-            print(f"{rule.code}  chapter {rule.chapter}  {rule.title}")
+    try:
+        if args.list:
+            for rule in RULES.values():
+                print(f"{rule.code}  {rule.severity:<7}  chapter {rule.chapter}  {rule.title}")
+            return 0
+        if args.explain:
+            print(explain(args.explain))
+            return 0
+        if args.preflight:
+            return preflight(args)
+        return main_check(args)
+    except BrokenPipeError:  # | head read what it wanted: stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    if args.explain:
-        text = explain(args.explain)
-        if text is None:
-            print(f"check_ddp: no rule {args.explain!r}; the rules: {', '.join(RULES)}", file=sys.stderr)
-            return 2
-        print(text)
-        return 0
-    if args.preflight:
-        return preflight(args)
-    return main_check(args)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 os.environ["MASTER_PORT"] = "29500"  # expect: DDP130
 
 
-def main(dataset, epochs, accumulation):
+def main(num_samples, epochs, accumulation):
+    dataset = TensorDataset(torch.randn(num_samples, 8), torch.randn(num_samples, 8))  # same on every rank
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl")  # expect: DDP131
@@ -60,4 +61,4 @@ def token_mean(model, loader, optimizer, pad):
 
 
 if __name__ == "__main__":
-    main(None, 2, 4)
+    main(64, 2, 4)

@@ -1,0 +1,290 @@
+"""Measure check_ddp.py on a corpus of real DDP training scripts that were not used to build it.
+
+The scripts stay outside this repository. tests/check_corpus.tsv lists each one (repository,
+commit, path) and labels what the checker should say about it, one row per line and code:
+`true` a pitfall of a rule the file really has, `false` a false alarm some version gave,
+`note` a caveat that is right as a note but no pitfall (a resume checkpoint's 'module.' keys
+loaded back into the wrapper), each with its reason; `clean` a file with nothing to say. Its
+columns `before` and `after` record what the first version of the checker and this one said
+at that line (error, warning, note, or - for nothing), so that the table on docs/check.md
+and its precision and recall come from the file (`--table`), and a run on the corpus shows
+where the checker now says something else.
+
+    python tests/check_corpus.py CORPUS_DIR                  # the files: CORPUS_DIR/owner__name/path
+    python tests/check_corpus.py CORPUS_DIR --set heldout    # the files kept aside (dev, heldout, all)
+    python tests/check_corpus.py CORPUS_DIR --select DDP04   # the rules whose codes start so
+    python tests/check_corpus.py CORPUS_DIR --record after   # write what the checker says now into the file
+    python tests/check_corpus.py CORPUS_DIR --record before --checker first_check_ddp.py
+    python tests/check_corpus.py --table > tests/check_corpus.md   # the table docs/check.md includes
+    python tests/check_corpus.py --fetch-list                # what to fetch, and where
+
+Fetch each file at its commit (git show COMMIT:PATH in a clone of the repository) into
+CORPUS_DIR/<owner>__<name>/<path>. Without the folder the script says so and exits 0: the
+test suite does not need the corpus. Findings no row labels are added by --record as
+UNLABELLED rows: label them by hand (true/false/note and a reason) before the table is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LABELS = REPO / "tests" / "check_corpus.tsv"
+CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
+WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(")
+COLUMNS = ["repo", "commit", "path", "set", "line", "code", "label", "before", "after", "reason"]
+NOT_DISTRIBUTED, UNREADABLE = "NOTDIST", "UNREADABLE"  # codes of the rows for a file's verdict
+
+
+def load_checker(path: Path):
+    spec = importlib.util.spec_from_file_location(f"checker_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_labels(path: Path = LABELS) -> list[dict]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def write_labels(rows: list[dict], path: Path = LABELS) -> None:
+    rows = sorted(rows, key=lambda r: (r["set"] != "dev", r["repo"].lower(), r["path"],
+                                       int(r["line"]) if r["line"].isdigit() else 0, r["code"]))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS, delimiter="\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def selected(code: str, select: list[str]) -> bool:
+    return not select or any(code.startswith(s) for s in select)
+
+
+def run_checker(checker, path: Path, select: list[str]) -> tuple[dict, str | None]:
+    """{(line, code): severity} of the checker's findings on one file (an older version has no
+    severities: 'error'), and its verdict on the file: NOTDIST, UNREADABLE or None."""
+    try:
+        text, tree = checker.read_source(str(path))
+    except checker.Unreadable:
+        return {}, UNREADABLE
+    found = {(str(f["line"]), f["code"]): f.get("severity", "error")
+             for f in checker.check_source(text, tree, str(path)) if selected(f["code"], select)}
+    plain = not checker.Checker(tree).distributed and WRAPS_DDP.search(text)
+    return found, NOT_DISTRIBUTED if plain else None
+
+
+def measure(corpus: Path, rows: list[dict], checker, which: str, select: list[str]) -> dict:
+    """Run the checker on every file of the set; compare with the rows."""
+    files = {}
+    for row in rows:
+        if which in ("all", row["set"]):
+            files.setdefault((row["repo"], row["commit"], row["path"], row["set"]), []).append(row)
+    said, missing = {}, []
+    for (repo, commit, rel, part), labels in files.items():
+        path = corpus / repo.replace("/", "__") / rel
+        if not path.exists():
+            missing.append(str(path))
+            continue
+        found, verdict = run_checker(checker, path, select)
+        if verdict:
+            found[("-", verdict)] = "yes"
+        said[(repo, rel)] = found
+        known = {(r["line"], r["code"]) for r in labels}
+        for line, code in sorted(set(found) - known):
+            rows.append({"repo": repo, "commit": commit, "path": rel, "set": part, "line": line, "code": code,
+                         "label": "false" if code in (NOT_DISTRIBUTED, UNREADABLE) else "UNLABELLED",
+                         "before": "-", "after": "-",
+                         "reason": "the file wraps a model in DDP" if code == NOT_DISTRIBUTED else
+                         "the checker could not read it" if code == UNREADABLE else "label this finding"})
+    return {"said": said, "missing": missing}
+
+
+def tally(rows: list[dict], column: str, which: str = "all", select: list[str] = ()) -> Counter:
+    """The counts of one column of the label file: findings by label, pitfalls, misses."""
+    t = Counter()
+    t["files"] = len({(r["repo"], r["path"]) for r in rows if which in ("all", r["set"])})
+    t["repos"] = len({r["repo"] for r in rows if which in ("all", r["set"])})
+    for row in rows:
+        if which not in ("all", row["set"]) or row["code"] == "-" or not selected(row["code"], select):
+            continue
+        said, label = row[column], row["label"]
+        if row["code"] in (NOT_DISTRIBUTED, UNREADABLE):
+            t[row["code"]] += said == "yes"
+            continue
+        if label == "true":
+            t["pitfalls"] += 1
+            t["missed"] += said == "-"
+            t["as_note"] += said == "note"
+        if said in ("error", "warning"):
+            t["flagged"] += 1
+            t["flagged_true"] += label == "true"
+            t["flagged_unlabelled"] += label == "UNLABELLED"
+        elif said == "note":
+            t["notes"] += 1
+            t[f"notes_{label}"] += 1
+    return t
+
+
+def ratio(part: int, whole: int) -> str:
+    return f"{part / whole:.2f} ({part}/{whole})" if whole else "n/a"
+
+
+def summary(t: Counter) -> list[str]:
+    false = t["flagged"] - t["flagged_true"] - t["flagged_unlabelled"]
+    return [
+        f"{t['files']} files, {t['repos']} repositories",
+        f"errors and warnings: {t['flagged']} ({t['flagged_true']} true, {false} false"
+        + (f", {t['flagged_unlabelled']} unlabelled)" if t["flagged_unlabelled"] else ")"),
+        f"notes: {t['notes']} ({t['notes_true']} on a real pitfall, {t['notes_note']} a right caveat, "
+        f"{t['notes_false']} false)",
+        f"pitfalls: {t['pitfalls']}, missed: {t['missed']}, found only as a note: {t['as_note']}",
+        f"precision (errors and warnings): {ratio(t['flagged_true'], t['flagged'])}",
+        f"recall (errors and warnings): {ratio(t['pitfalls'] - t['missed'] - t['as_note'], t['pitfalls'])}, "
+        f"with notes: {ratio(t['pitfalls'] - t['missed'], t['pitfalls'])}",
+        f"files that wrap DDP called not distributed: {t[NOT_DISTRIBUTED]}, files it could not read: "
+        f"{t[UNREADABLE]}",
+    ]
+
+
+def cell(rows: list[dict], column: str) -> str:
+    """What one version said about one file, row by row: `80 DDP130 warning ✓`."""
+    items = []
+    for row in rows:
+        said, label = row[column], row["label"]
+        if row["code"] in (NOT_DISTRIBUTED, UNREADABLE):
+            if said == "yes":
+                items.append(
+                    "called not distributed ✗" if row["code"] == NOT_DISTRIBUTED else "could not read it ✗"
+                )
+            continue
+        if row["code"] == "-" or (said == "-" and label != "true"):
+            continue
+        where = f"{row['line']} {row['code']}"
+        if said == "-":
+            items.append(f"{where} missed")
+        elif label == "true":
+            items.append(f"{where} {said} ✓")
+        elif label == "note" and said == "note":
+            items.append(f"{where} note (caveat)")
+        else:
+            items.append(f"{where} {said} ✗")
+    return "; ".join(items) or "nothing"
+
+
+def table(rows: list[dict]) -> str:
+    """The markdown docs/check.md includes: the numbers, then one line per file (two snippet
+    sections)."""
+    out = [
+        "<!-- --8<-- [start:numbers] -->",
+        "| files | version | errors and warnings (true, false) | notes | pitfalls missed | precision | "
+        "recall | with notes | not distributed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for which in ("dev", "heldout"):
+        for column, name in (("before", "first"), ("after", "now")):
+            t = tally(rows, column, which)
+            false = t["flagged"] - t["flagged_true"]
+            out.append(f"| {which} ({t['files']} files, {t['repos']} repositories) | {name} | {t['flagged']} "
+                       f"({t['flagged_true']}, {false}) | {t['notes']} | {t['missed']} of {t['pitfalls']} | "
+                       f"{ratio(t['flagged_true'], t['flagged'])} | "
+                       f"{ratio(t['pitfalls'] - t['missed'] - t['as_note'], t['pitfalls'])} | "
+                       f"{ratio(t['pitfalls'] - t['missed'], t['pitfalls'])} | {t[NOT_DISTRIBUTED]} |")
+    out += ["<!-- --8<-- [end:numbers] -->", "<!-- --8<-- [start:files] -->",
+            "| set | repository | commit | path | now | first version |", "|---|---|---|---|---|---|"]
+    files = {}
+    for row in rows:
+        files.setdefault((row["set"], row["repo"], row["commit"], row["path"]), []).append(row)
+    for (part, repo, commit, path), labels in files.items():
+        out.append(f"| {part} | {repo} | `{commit[:10]}` | `{path}` | {cell(labels, 'after')} | "
+                   f"{cell(labels, 'before')} |")
+    return "\n".join(out + ["<!-- --8<-- [end:files] -->"]) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "corpus", nargs="?", type=Path, help="the folder of fetched scripts (owner__name/path)"
+    )
+    parser.add_argument("--labels", type=Path, default=LABELS, help="the label file (default: %(default)s)")
+    parser.add_argument(
+        "--checker", type=Path, default=CHECKER, help="the checker to run (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--set",
+        choices=["dev", "heldout", "all"],
+        default="all",
+        help="dev: the files the checker was fixed on; heldout: the files kept aside to the end",
+    )
+    parser.add_argument("--select", action="append", default=[], metavar="PREFIX",
+                        help="the rules whose codes start so (e.g. DDP04), as check_ddp.py's --select")
+    parser.add_argument("--record", choices=["before", "after"],
+                        help="write what the checker says into this column of the label file")
+    parser.add_argument("--table", action="store_true", help="print the markdown table of the label file")
+    parser.add_argument(
+        "--fetch-list", action="store_true", help="print repository, commit and path of each file"
+    )
+    args = parser.parse_args(argv)
+    rows = read_labels(args.labels)
+    if args.fetch_list:
+        for repo, commit, path in dict.fromkeys((r["repo"], r["commit"], r["path"]) for r in rows):
+            print(f"{repo}\t{commit}\t{path}\t-> {repo.replace('/', '__')}/{path}")
+        return 0
+    if args.table:
+        print(table(rows), end="")
+        return 0
+    if args.corpus is None or not args.corpus.is_dir():
+        print(
+            f"check_corpus: no corpus folder{f' at {args.corpus}' if args.corpus else ''}: skipping. "
+            f"Fetch the files that {args.labels.name} lists (--fetch-list) into "
+            "CORPUS_DIR/<owner>__<name>/<path>, then run python tests/check_corpus.py CORPUS_DIR"
+        )
+        return 0
+    result = measure(args.corpus, rows, load_checker(args.checker), args.set, args.select)
+    column = args.record or "after"
+    changed = []
+    for row in rows:
+        found = result["said"].get((row["repo"], row["path"]))
+        if found is None or row["code"] == "-" or not selected(row["code"], args.select):
+            continue
+        now = found.get((row["line"], row["code"]), "-")
+        if row[column] != now:
+            changed.append(row)
+            if args.record:
+                row[column] = now
+    if args.record:
+        write_labels(rows, args.labels)
+        print(f"check_corpus: {args.labels.name}: {len(changed)} row(s) of column {column!r} rewritten")
+    else:
+        for row in changed:
+            print(f"{row['repo']}\t{row['path']}\t{row['line']}\t{row['code']}\trecorded {row[column]!r}, "
+                  f"now {found_for(result, row)!r}\t{row['label']}\t{row['reason']}")
+    t = tally([r for r in rows if (r["repo"], r["path"]) in result["said"]], column, args.set, args.select)
+    if not args.record:  # the live run: what the checker says now, as the column would hold it
+        live = [dict(r, after=found_for(result, r)) for r in rows if (r["repo"], r["path"]) in result["said"]]
+        t = tally(live, "after", args.set, args.select)
+    print("\n".join(summary(t)))
+    if not args.record and changed:
+        print(
+            f"{len(changed)} row(s) differ from the label file's {column!r} column: "
+            f"--record {column} writes them"
+        )
+    if result["missing"]:
+        print(f"not in the corpus folder ({len(result['missing'])}): " + ", ".join(result["missing"]))
+    return 0
+
+
+def found_for(result: dict, row: dict) -> str:
+    return result["said"].get((row["repo"], row["path"]), {}).get((row["line"], row["code"]), "-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
