@@ -20,6 +20,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+def seed(text):
+    """An argparse type: a seed torch takes, a whole number from 0 to 2**32 - 1."""
+    if not text.isdigit() or int(text) > 2**32 - 2:  # (the tokens take seed + 1)
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 4294967294, got {text!r}")
+    return int(text)
+
+
 def positional_table(positions, width, variant):
     """Sines and cosines of each position, as (positions, 1, width): one column per batch."""
     position = torch.arange(positions, dtype=torch.float32).unsqueeze(1)
@@ -52,10 +59,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", choices=["bad", "good"], default="bad")
+    parser.add_argument("--seed", type=seed, default=0, help="the weights' and the tokens' seed")
     args = parser.parse_args()
     # 1. A group of one (no launcher needed), and the model wrapped in DDP.
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = TinyTransformer(args.variant)
     table = model.positions
     print(f"variant={args.variant}: buffer shape {tuple(table.shape)} strides {table.stride()} "
@@ -63,7 +71,7 @@ def main():
     model = DDP(model)  # wrapping works: rank 0's parameters and buffers are copied together
     print("wrapped in DDP")
     # 2. The first training forward: DDP copies rank 0's buffers first.
-    tokens = torch.randint(0, 32, (20, 4), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(0, 32, (20, 4), generator=torch.Generator().manual_seed(args.seed + 1))
     try:
         loss = nn.functional.cross_entropy(model(tokens[:-1]).flatten(0, 1), tokens[1:].flatten())
         loss.backward()

@@ -42,6 +42,17 @@ def whole_number(text):
     return int(text)
 
 
+def positive_number(text):
+    """An argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 # --8<-- [start:split]
 def batchify(stream, columns):
     """word_language_model's layout: the stream cut into `columns` equal columns, one per row
@@ -70,7 +81,7 @@ def main():
     parser.add_argument("--batch-size", type=whole_number, default=16, help="columns per process")
     parser.add_argument("--bptt", type=whole_number, default=32, help="tokens per window")
     parser.add_argument("--epochs", type=whole_number, default=2)
-    parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--lr", type=positive_number, default=0.5)
     parser.add_argument("--eval-columns", type=whole_number, default=10, help="held-out columns, in all")
     args = parser.parse_args()
     # 1. The group (one process without torchrun: a group of one, no address needed).
