@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def test_captured_output_matches_a_fresh_run(path):
 
 # Numbers a page states that are not measurements: versions, ports, sizes of the set-up.
 NOT_MEASURED = {"0.18", "2.9", "2.13", "2.14", "128", "256", "1000", "2000", "16384", "29400",
-                "29500", "65504", "1048576", "6.1e-05", "5.96e-08"}
+                "29500", "65504", "1048576", "6.1e-05", "5.96e-08",
+                "22.05", "23.02", "23.11"}  # Slurm's releases
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d+(?:e-?\d+)?|\d{3,}(?:,\d{3})*)(?![\w])")
 
 
@@ -143,3 +145,43 @@ def test_captures_hold_on_a_cpu_with_another_instruction_set(name):
     assert code == exit_codes()[name]
     found = differences(name, captured, fresh)
     assert not found, "\n".join(found)
+
+
+# The first paragraph of every chapter page and of every other page that includes code or
+# outputs: a reader of the raw markdown (which shows the includes as `--8<--` lines) learns
+# where the code and the outputs are, and where to read the page whole.
+HEADER = re.compile(r"\*Reading the raw file\? Its code and outputs are included from (?P<names>.+) "
+                    r"when the site is built: read it rendered \(`make serve`, or the site\)\.\*")
+INCLUDE = re.compile(r'--8<-- "([^":]+)')
+
+
+def _pages_with_includes() -> list[Path]:
+    docs = [page for page in sorted((REPO / "docs").glob("*.md")) if "--8<--" in page.read_text()]
+    return sorted((REPO / "chapters").glob("*.md")) + docs
+
+
+@pytest.mark.parametrize("page", _pages_with_includes(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_page_says_where_its_code_and_outputs_come_from(page):
+    """Its first paragraph, right under the title, names where its includes come from. A
+    chapter: its own script folder (scripts/NN_topic/; 12b's are chapter 12's) and
+    docs/outputs/NN_*.txt. Another page: every file it includes, by name, folder or pattern."""
+    text = page.read_text()
+    title, _, rest = text.partition("\n")
+    first = rest.strip().split("\n\n")[0]
+    assert title.startswith("# ") and (line := HEADER.fullmatch(first)), (
+        f"{page.name}: the first paragraph under the title must be the line that says where to read "
+        f"it rendered (see the brief's form in CONTRIBUTING.md), not: {first[:120]!r}")
+    names = re.findall(r"`([^`]+)`", line["names"])
+    included = INCLUDE.findall(text)
+    if page.parent.name == "chapters":
+        nn = page.stem.split("_")[0]
+        folders = {path.split("/")[1] for path in included if re.match(r"scripts/[^/]+/", path)}
+        # its own folder, or (12b) the folder of its chapter number that it includes from
+        own = page.stem if (REPO / "scripts" / page.stem).is_dir() else min(
+            f for f in folders if f[:2] == nn[:2])
+        assert names == [f"scripts/{own}/", f"docs/outputs/{nn}_*.txt"], names
+    else:
+        unnamed = [path for path in included
+                   if not any(path.startswith(name) if name.endswith("/") else fnmatch.fnmatch(path, name)
+                              for name in names)]
+        assert not unnamed, f"{page.name} includes {unnamed}, which its first line does not name ({names})"
