@@ -173,6 +173,9 @@ ONE_RANK: list[tuple[str, tuple[str, ...], Check]] = [
     ("17_zero_and_beyond/zero_optimizer.py", (), ok("world_size=1", "identical=yes")),
     ("17_zero_and_beyond/device_mesh_2d.py", (), no_warnings("world_size=1", "mesh=1x1", "dp_grads_ok=yes")),
     ("18_transformer/gpt_ddp.py", ("--steps", "30"), ok("world_size=1", "grad_diff=", "mfu=")),
+    # after the first log point, a host sync in the step is an error (torch.cuda.set_sync_debug_mode)
+    ("18_transformer/gpt_ddp.py", ("--steps", "30", "--log-every", "5", "--sync-debug", "error"),
+     ok("world_size=1", "mfu=")),
     ("18_transformer/gpt_fsdp.py", ("--checkpoint-dir", TMP),
      ok("world_size=1", "losses_match=yes", "resume_equal=yes")),
 ]
@@ -253,9 +256,10 @@ def pitfalls(n: int) -> list[tuple[str, tuple[str, ...], Check]]:
         ("17_zero_and_beyond/zero_checkpoint.py", ("--checkpoint-dir", TMP),
          ok("saved_states=8/8", "right_shape_states=8/8", "resume_equal=yes")),
         ("17_zero_and_beyond/device_mesh_2d.py", (), no_warnings(f"world_size={n}", "dp_grads_ok=yes")),
-        ("18_transformer/gpt_ddp.py", ("--variant", "bad", "--steps", "30"),
+        ("18_transformer/gpt_ddp.py", ("--batching", "padded", "--variant", "bad", "--steps", "30"),
          ok(f"world_size={n}", "grad_diff=")),
-        ("18_transformer/gpt_ddp.py", ("--variant", "good", "--steps", "30", "--accumulation-steps", "2"),
+        ("18_transformer/gpt_ddp.py", ("--loss-on", "answers", "--variant", "good", "--steps", "30",
+                                       "--accumulation-steps", "2"),
          ok(f"world_size={n}", "grad_diff=", "mfu=")),
         ("18_transformer/gpt_fsdp.py", ("--checkpoint-dir", TMP),
          ok(f"world_size={n}", "losses_match=yes", "resume_equal=yes")),
