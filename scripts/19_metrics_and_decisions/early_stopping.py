@@ -3,9 +3,9 @@
 Early stopping ends training once the validation loss has not improved for --patience
 epochs. Under DDP every rank must stop at the same epoch: a rank that leaves the training
 loop no longer takes part in the gradient all-reduce of the next step, and the ranks that
-go on wait in it for ever. Here the validation set comes as 4 files from annotators who
-mislabel 0%, 20%, 40% and 60% of their samples, and rank r validates the r-th block of
-files. The loss on the noisier files turns upward first.
+go on wait in it for ever. Here the validation set comes as --num-files files (4) from
+annotators who mislabel 0% to 60% of their samples (0%, 20%, 40%, 60% for 4 files), and
+rank r validates the r-th block of files. The loss on the noisier files turns upward first.
 
 The pitfall (--variant bad): each rank decides from the loss of its own validation files.
 The ranks disagree: one leaves the loop, the others wait in the next step's all-reduce
@@ -52,7 +52,7 @@ from utils.distributed import (
 
 BAD_VARIANT_TIMEOUT_S = 5.0
 NUM_FEATURES, NUM_CLASSES = 32, 4
-MISLABELLED = [0.0, 0.2, 0.4, 0.6]  # the share of wrong labels in each validation file
+MOST_MISLABELLED = 0.6  # the share of wrong labels in the last validation file (0 in the first)
 
 
 def parse_args():
@@ -62,6 +62,8 @@ def parse_args():
                         "(default: %(default)s)")
     parser.add_argument("--num-samples", type=positive_int, default=512,
                         help="training samples; the validation set has as many (default: %(default)s)")
+    parser.add_argument("--num-files", type=positive_int, default=4,
+                        help="validation files, at least one per rank (default: %(default)s)")
     add_variant_arg(parser, bad="each rank decides from its own validation files: the ranks part",
                     good="one decision for every rank (--fix)", bad_timeout_s=BAD_VARIANT_TIMEOUT_S)
     parser.add_argument("--fix", choices=["all-reduce", "broadcast"], default=None,
@@ -75,31 +77,38 @@ def parse_args():
     return args
 
 
-def make_data(num_samples: int, seed: int) -> tuple[TensorDataset, TensorDataset]:
+def file_bounds(num_samples: int, num_files: int) -> list[int]:
+    """Where each validation file starts (and the last one ends): files of equal size, the
+    last one taking what does not divide."""
+    per_file = num_samples // num_files
+    return [f * per_file for f in range(num_files)] + [num_samples]
+
+
+def make_data(num_samples: int, num_files: int, seed: int) -> tuple[TensorDataset, TensorDataset]:
     """Training and validation sets, labelled by a fixed random linear 'teacher'. 10% of the
-    training labels are wrong (so that the model can overfit them); the validation set is
-    len(MISLABELLED) files of equal size, file f with MISLABELLED[f] of its labels wrong."""
+    training labels are wrong (so that the model can overfit them). The validation set comes
+    as `num_files` files from different annotators: the share of wrong labels grows from 0 in
+    the first file to MOST_MISLABELLED in the last."""
     generator = torch.Generator().manual_seed(seed)
     teacher = torch.randn(NUM_FEATURES, NUM_CLASSES, generator=generator)
     inputs = torch.randn(2 * num_samples, NUM_FEATURES, generator=generator)
     labels = (inputs @ teacher).argmax(dim=1)
-    per_file = num_samples // len(MISLABELLED)
-    wrong_share = torch.cat([torch.full((num_samples,), 0.1)] + [
-        torch.full((per_file if f < len(MISLABELLED) - 1 else num_samples - per_file * f,), share)
-        for f, share in enumerate(MISLABELLED)])
+    bounds = file_bounds(num_samples, num_files)
+    wrong_share = torch.full((2 * num_samples,), 0.1)
+    for f in range(num_files):
+        share = MOST_MISLABELLED * f / max(num_files - 1, 1)
+        wrong_share[num_samples + bounds[f]:num_samples + bounds[f + 1]] = share
     wrong = torch.rand(2 * num_samples, generator=generator) < wrong_share
     labels = torch.where(wrong, torch.randint(0, NUM_CLASSES, labels.shape, generator=generator), labels)
     return (TensorDataset(inputs[:num_samples], labels[:num_samples]),
             TensorDataset(inputs[num_samples:], labels[num_samples:]))
 
 
-def validation_block(val_set: TensorDataset, rank: int, world_size: int) -> TensorDataset:
-    """Rank r's block of the validation files: files f with f * W // len(files) == r."""
-    files = len(MISLABELLED)
-    per_file = len(val_set) // files
-    first, last = files * rank // world_size, files * (rank + 1) // world_size
-    end = len(val_set) if last == files else last * per_file
-    return TensorDataset(*val_set[first * per_file:end])
+def validation_block(val_set: TensorDataset, num_files: int, rank: int, world_size: int) -> TensorDataset:
+    """Rank r's block of the validation files: the r-th of world_size blocks of consecutive files."""
+    bounds = file_bounds(len(val_set), num_files)
+    first, last = num_files * rank // world_size, num_files * (rank + 1) // world_size
+    return TensorDataset(*val_set[bounds[first]:bounds[last]])
 
 
 @torch.no_grad()
@@ -133,9 +142,9 @@ def main() -> None:
     # 1. Join the process group; training runs in a group of its own whose collectives give
     #    up after --timeout (chapter 09): DDP takes it as process_group.
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
-    if ctx.world_size > len(MISLABELLED):
-        usage_error(f"{ctx.world_size} ranks for {len(MISLABELLED)} validation files: every rank "
-                    f"validates whole files, so run {len(MISLABELLED)} ranks or fewer.")
+    if args.num_files < ctx.world_size:
+        usage_error(f"--num-files {args.num_files} is fewer than the {ctx.world_size} ranks: every rank "
+                    f"validates whole files, so give --num-files {ctx.world_size} or more.")
     train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant} fix={args.fix} patience={args.patience} timeout={args.timeout:g} s")
@@ -144,10 +153,10 @@ def main() -> None:
                "Run it with 2 or more processes to see the hang.")
 
     # 2. Data: the training set through DistributedSampler; this rank's validation files.
-    train_set, val_set = make_data(args.num_samples, args.seed)
+    train_set, val_set = make_data(args.num_samples, args.num_files, args.seed)
     sampler = DistributedSampler(train_set, num_replicas=ctx.world_size, rank=ctx.rank, seed=args.seed)
     loader = make_loader(train_set, args.batch_size, device, sampler=sampler)
-    my_val = validation_block(val_set, ctx.rank, ctx.world_size)
+    my_val = validation_block(val_set, args.num_files, ctx.rank, ctx.world_size)
 
     # 3. Model, wrapped: its gradient all-reduces run in train_group, under its timeout.
     torch.manual_seed(args.seed)
