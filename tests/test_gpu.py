@@ -109,6 +109,15 @@ def profile_table(result: Result, backend: str) -> None:
         assert abs(data + compute + exposed - step) <= 0.10 * step, result.output
 
 
+def stops_together(result: Result, backend: str) -> None:
+    """Chapter 19's early stopping with one decision: every rank stopped early, after the
+    same epoch and the same number of steps (each rank's own count, gathered)."""
+    ok("outcome=completed", "stopped=early")(result, backend)
+    summary = result.summary()
+    assert len(set(summary["stop_epoch_per_rank"].split(","))) == 1, result.output
+    assert len(set(summary["steps_per_rank"].split(","))) == 1, result.output
+
+
 CK15 = ("--checkpoint-dir", f"{TMP}/ch15")
 PARAMS_16 = 135236  # chapter 16's BlockModel: its whole fp32 state is 4 * PARAMS_16 bytes
 # --------------------------------------------------------------------------- 1. one rank, nccl
@@ -178,6 +187,16 @@ ONE_RANK: list[tuple[str, tuple[str, ...], Check]] = [
      ok("world_size=1", "mfu=")),
     ("18_transformer/gpt_fsdp.py", ("--checkpoint-dir", TMP),
      ok("world_size=1", "losses_match=yes", "resume_equal=yes")),
+    ("19_metrics_and_decisions/metric_across_ranks.py", ("--variant", "bad"),
+     ok("matches_reference=yes")),  # one rank: its mean is the whole set's score
+    ("19_metrics_and_decisions/metric_across_ranks.py", ("--variant", "good"), ok("matches_reference=yes")),
+    ("19_metrics_and_decisions/early_stopping.py", ("--variant", "bad"),
+     ok("outcome=completed", "stopped=early")),  # nobody to disagree with
+    ("19_metrics_and_decisions/early_stopping.py", ("--fix", "broadcast"), stops_together),
+    ("19_metrics_and_decisions/prepare_once.py", ("--variant", "bad", "--cache-dir", TMP),
+     ok("failed_reads=0 reads_ok=1/1")),  # nobody to race
+    ("19_metrics_and_decisions/prepare_once.py", ("--cache-dir", TMP),
+     ok("writes_per_rank=1 ", "reads_ok=1/1")),
 ]
 
 
@@ -266,6 +285,24 @@ def pitfalls(n: int) -> list[tuple[str, tuple[str, ...], Check]]:
         ("18_transformer/gpt_fsdp.py", ("--precision", "bf16", "--activation-checkpointing",
                                         "--checkpoint-dir", TMP),
          ok(f"world_size={n}", "losses_match=yes", "resume_equal=yes")),
+        # chapter 19: whole files per rank, so at least one file per rank
+        ("19_metrics_and_decisions/metric_across_ranks.py",
+         ("--variant", "bad", "--num-files", str(max(8, n))), ok(f"world_size={n}", "matches_reference=no")),
+        ("19_metrics_and_decisions/metric_across_ranks.py",
+         ("--variant", "good", "--num-files", str(max(8, n))),
+         ok(f"world_size={n}", "matches_reference=yes")),
+        ("19_metrics_and_decisions/metric_across_ranks.py", ("--shards", "sampler"),
+         ok(f"world_size={n}", "counted=2000 ", "matches_reference=yes")),
+        ("19_metrics_and_decisions/early_stopping.py", ("--variant", "bad", "--num-files", str(max(4, n))),
+         fails("outcome=timeout")),
+        ("19_metrics_and_decisions/early_stopping.py", ("--fix", "all-reduce", "--num-files", str(max(4, n))),
+         stops_together),
+        ("19_metrics_and_decisions/early_stopping.py", ("--fix", "broadcast", "--num-files", str(max(4, n))),
+         stops_together),
+        ("19_metrics_and_decisions/prepare_once.py", ("--variant", "bad", "--cache-dir", TMP),
+         fails(f"failed_reads={n - 1} ")),
+        ("19_metrics_and_decisions/prepare_once.py", ("--cache-dir", TMP),
+         ok(f"writes_per_rank={','.join(['1'] + ['0'] * (n - 1))} ", f"reads_ok={n}/{n}")),
     ]
 
 
