@@ -446,6 +446,7 @@ QUICK_TESTS = {
     "test_16_fsdp.py::test_bad_every_rank_saves_shards_not_a_model",
     "test_17_zero_and_beyond.py::test_bad_save_from_rank_0_alone_loses_the_other_shards",
     "test_18_transformer.py::test_accumulation_over_micro_batches_of_different_lengths",
+    "test_19_metrics_and_decisions.py::test_bad_mean_of_the_ranks_f1_is_off_and_the_good_counts_match_one_process",
     "test_site.py::test_mkdocs_build_strict",
     "test_site.py::test_every_script_folder_has_its_chapter_in_the_nav",
     "test_site.py::test_numbers_on_a_page_come_from_its_captured_outputs",
