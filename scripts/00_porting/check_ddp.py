@@ -843,6 +843,15 @@ class Checker:
                                   for c in ast.walk(function))
         return self._memo[key]
 
+    def in_evaluation(self, node, strict):
+        """Under no_grad (see in_no_grad); or, strict too, in an evaluate()/validate()/test()
+        of the file that calls .eval()."""
+        if self.in_no_grad(node, strict):
+            return True
+        function = next((a for a in self.ancestors(node) if isinstance(a, FUNCTION)), None)
+        return function is not None and self.calls_eval(function) and bool(
+            re.search(r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)", function.name))
+
     # -- what functions of this file do, followed into the functions they call
     def _follow(self, function, what, seen=None):
         """The first node `what(node)` picks in `function` or in a function of this file it
@@ -1170,6 +1179,10 @@ class Checker:
         """Names that hold `made` (a call) or what is built on it: a loader on a sampler, a
         BatchSampler on it, a dict of a loader's arguments."""
         holder = self.parents.get(made)
+        while isinstance(
+            holder, (ast.IfExp, ast.BoolOp)
+        ):  # DistributedSampler(data) if distributed else None
+            holder = self.parents.get(holder)
         if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
             return set()
         if "simple_assigns" not in self._memo:
@@ -1247,7 +1260,7 @@ class Checker:
         for node in self.by_scope.get(scope, []):
             if isinstance(node, (ast.For, ast.comprehension)) and any(
                     isinstance(n, ast.Name) and n.id == name for n in ast.walk(unwrap_iter(node.iter))):
-                if self.in_no_grad(node.iter, strict):
+                if self.in_evaluation(node.iter, strict):
                     return "yes"
             if not (
                 isinstance(node, ast.Call)
@@ -1290,7 +1303,7 @@ class Checker:
             while isinstance(holder, ast.Call) and last(holder) in ("enumerate", "tqdm", "iter", "log_every"):
                 holder = self.parents.get(holder)
             if isinstance(holder, (ast.For, ast.comprehension)):
-                found = "yes" if self.in_no_grad(holder.iter, strict) else None
+                found = "yes" if self.in_evaluation(holder.iter, strict) else None
             elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
                 found = self.reads_under_no_grad(holder.targets[0].id, self.function_of(holder), strict)
             else:
@@ -1685,7 +1698,8 @@ class Checker:
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
-            if isinstance(func, ast.Attribute) and func.attr == "module" and not self.in_no_grad(call):
+            if isinstance(func, ast.Attribute) and func.attr == "module" and not self.in_no_grad(call) \
+                    and dotted(func.value) not in ("self", "cls"):  # a wrapper class's own module
                 self.add("DDP110", call, f"{ast.unparse(call.func)}(...) bypasses DDP's forward: backward() "
                          "averages no gradient and the replicas drift apart; call the wrapper itself")
 
@@ -1738,16 +1752,59 @@ class Checker:
                              "node fails with 'address already in use'; derive it from the job id")
             if isinstance(node, ast.Call) and last(node) == "init_process_group":
                 method = keyword(node, "init_method")
-                value = self.constant_value(method, self.function_of(node)) if method is not None else None
-                if value is not None and re.search(r"^tcp://.*:\d+/?$", str(value.value)):
-                    where = "" if value is method else f" (through {ast.unparse(method)})"
+                reported = set()
+                for text, where in (
+                    self.url_values(method, self.function_of(node)) if method is not None else []
+                ):
+                    if not re.search(r"^tcp://.*:\d+/?$", text) or id(where) in reported:
+                        continue
+                    reported.add(id(where))
+                    through = "" if where is method else f" (through {ast.unparse(method)})"
                     self.add(
                         "DDP130",
-                        value,
-                        f"init_method {value.value!r}{where}: a fixed port, so a second "
-                        "job on this node collides; let the launcher set MASTER_ADDR and MASTER_PORT "
-                        "(init_method='env://')",
+                        node if where is method else where,
+                        f"init_method {text!r}{through}: a fixed port, so a second job on this node "
+                        "collides; let the launcher set MASTER_ADDR and MASTER_PORT (init_method='env://')",
                     )
+
+    def url_values(self, expr, scope, depth=0):
+        """The strings `expr` may hold, as (text, the node that gives its end): constants,
+        f-strings and + of them, names and attributes assigned them, an option's default;
+        '{?}' for a part that is not a constant."""
+        if expr is None or depth > 8:
+            return []
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, (str, int)):
+            return [(str(expr.value), expr)]
+        if isinstance(expr, ast.Call) and last(expr) in ("str", "int") and expr.args:
+            return self.url_values(expr.args[0], scope, depth + 1)
+        if isinstance(expr, (ast.IfExp, ast.BoolOp)):  # either branch may be the one
+            branches = [expr.body, expr.orelse] if isinstance(expr, ast.IfExp) else expr.values
+            return [found for branch in branches for found in self.url_values(branch, scope, depth + 1)][:8]
+        parts = None
+        if isinstance(expr, ast.JoinedStr):
+            parts = [[(str(v.value), v)] if isinstance(v, ast.Constant) else (
+                self.url_values(v.value, scope, depth + 1) or [("{?}", v)]) for v in expr.values]
+        elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            parts = [
+                self.url_values(side, scope, depth + 1) or [("{?}", side)] for side in (expr.left, expr.right)
+            ]
+        if parts is not None:
+            combined = [("", expr)]
+            for options in parts:
+                combined = [(text + more, where if more else node) for text, node in combined
+                            for more, where in options][:8]
+            return combined
+        found = []
+        if isinstance(expr, ast.Name):
+            for value in self.assigned(expr.id, scope):
+                found += self.url_values(value, scope, depth + 1)
+        if isinstance(expr, ast.Attribute) and dotted(expr):  # args.dist_url = ...: set anywhere, read here
+            self.assigned(dotted(expr), scope)  # builds the table
+            for value, where, _ in self._memo["assignments"].get(dotted(expr), []):
+                found += self.url_values(value, where, depth + 1)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            found += self.url_values(self.option_default(expr.attr), scope, depth + 1)
+        return found[:8]
 
     def rule_nccl_device(self):
         if any(last(c) == "set_device" for c in self.calls) or self.library:

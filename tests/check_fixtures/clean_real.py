@@ -2,7 +2,8 @@
 tests/test_check_ddp.py (no finding, no note): flags that say whether the job is distributed,
 rank attributes that do not make their object a rank, rank-0 guards in their common
 spellings, a rank-0-first pair of barriers, per-rank files, the model inside the wrapper
-taken out with a conditional expression, and code behind a constant False. Written for the
+taken out with a conditional expression, a stand-in wrapper's own module, and code behind a
+constant False. Written for the
 tests; never run: it only has to parse."""
 
 import argparse
@@ -25,6 +26,17 @@ barrier_after_save = os.environ.get("BARRIER_AFTER_SAVE") == "1"  # a setting, n
 def helper_rank():
     barrier_after_save = dist.get_rank() == 0  # a local of this function, not the module's name
     return barrier_after_save
+
+
+class SingleProcess(nn.Module):
+    """A stand-in for DDP on one process: its forward is its own module's."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args):
+        return self.module(*args)
 
 
 @rank_zero_only
@@ -66,7 +78,7 @@ def main():
     net = nn.Linear(8, 8).cuda()
     if use_compile:
         net = torch.compile(net)
-    model = DDP(net, device_ids=[args.gpu]) if ddp else net
+    model = DDP(net, device_ids=[args.gpu]) if ddp else SingleProcess(net)
     raw_model = model.module if ddp else model  # the model inside, whichever it is
     inner = getattr(model, "module", model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -44,6 +44,7 @@ def main(num_samples, epochs, accumulation):
         outputs = model.module(x)  # expect: DDP110
         outputs.sum().backward()
     token_mean(model, loader, optimizer, -100)
+    token_mean_of_batches(model, loader, optimizer)
     del quiet, loader
 
 
@@ -57,6 +58,16 @@ def token_mean(model, loader, optimizer, pad):
         mask = flat != pad
         masked = (per_token * mask).sum() / mask.sum()  # expect: DDP180
         (loss + masked + criterion(logits, flat)).backward()
+        optimizer.step()
+
+
+def token_mean_of_batches(model, loader, optimizer):
+    """Batches as a tokenizer gives them, a dict: the mask named by a string key."""
+    for batch in loader:
+        logits = model(batch["input_ids"]).flatten(0, 1)
+        per_token = nn.functional.cross_entropy(logits, batch["labels"].flatten(), reduction="none")
+        masked = (per_token * batch["attention_mask"].flatten()).sum()
+        (masked / batch["attention_mask"].sum()).backward()  # expect: DDP180
         optimizer.step()
 
 

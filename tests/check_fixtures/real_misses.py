@@ -14,6 +14,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Tenso
 parser = argparse.ArgumentParser()
 parser.add_argument("--init-url", default="tcp://127.0.0.1:23456")  # expect: DDP130
 parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
+parser.add_argument("--host", default="127.0.0.1")
+parser.add_argument("--port", default="23457")  # expect: DDP130
 args = parser.parse_args()
 RANK = int(os.environ.get("RANK", "-1"))
 
@@ -32,6 +34,22 @@ def evaluate(model, held_out):
             total += nn.functional.mse_loss(model(x), y, reduction="sum")
     dist.all_reduce(total)
     return total
+
+
+def place(args):
+    """Where the ranks meet: the URL built in one function, used in another."""
+    args.node_url = f"tcp://{os.environ.get('HEAD_NODE', 'localhost')}:58472"  # expect: DDP130
+    args.pair_url = "tcp://" + args.host + ":" + args.port
+
+
+def meet(args, second):
+    dist.init_process_group("gloo", init_method=args.pair_url if second else args.node_url)
+
+
+def validate_epoch(model, loader):
+    """An evaluation without no_grad: .eval() and the name say what it is."""
+    model.eval()
+    return [model(x) for x, _ in loader]
 
 
 def validate(model, loader):
@@ -67,6 +85,9 @@ def main(epochs, steps):
     # a shuffling sampler over the held-out set, read under no_grad in validate()
     held_sampler = DistributedSampler(held_set)  # expect: DDP031
     held = DataLoader(held_set, batch_size=8, sampler=held_sampler)
+    # a sampler in a conditional expression, read by an evaluation of the file
+    test_sampler = DistributedSampler(held_set) if dist.is_initialized() else None  # expect: DDP031
+    test_loader = DataLoader(held_set, batch_size=8, sampler=test_sampler)
     net = nn.Linear(8, 8)
     # the wrap inside a conditional expression, and inside a comprehension
     model = nn.parallel.DistributedDataParallel(net) if dist.is_initialized() else net
@@ -84,6 +105,7 @@ def main(epochs, steps):
             optimizer.step()
             optimizer.zero_grad()
         validate(model, held)
+        validate_epoch(model, test_loader)
         if RANK in {-1, 0}:
             evaluate(model, held)  # expect: DDP020
         save_atomically({"model": model.module.state_dict()}, "checkpoint.pt")  # expect: DDP040
@@ -101,4 +123,6 @@ def main(epochs, steps):
 
 
 if __name__ == "__main__":
+    place(args)
+    meet(args, second=False)
     main(2, 4)
