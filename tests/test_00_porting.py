@@ -22,6 +22,14 @@ none of them importing anything from this repository.
   says, as on HPE/Cray), mpiexec starting one torchrun per node. Under bash with stand-ins:
   two chunks on one node stop the job; each MPI's launch line binds no CPU (and Open MPI's
   mpiexec, for real, binds one core without --bind-to none).
+- Each template copied alone into an empty folder with a train.py (no check_ddp.py) trains,
+  after one line that says the preflight is skipped (slurm_job.sh with stand-ins for srun
+  and scontrol: srun gets the job's --cpus-per-task); under sbatch (CI) the copied project
+  with check_ddp.py runs the preflight first. Two PBS array subjobs get two ports.
+- Troubleshooting's buffer: a positional table made as a transposed view fails DDP's first
+  forward with PyTorch's message; built with unsqueeze(1), it trains.
+- token_stream.py at 1 and 2 ranks: the same global batch (step 0's loss and gradient norm,
+  the epochs), every held-out token counted once.
 """
 
 from __future__ import annotations
