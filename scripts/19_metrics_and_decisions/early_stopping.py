@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler, TensorDataset
 
+from utils.checks import check_global_batch
 from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int, usage_error
 from utils.data import make_loader
 from utils.distributed import (
@@ -74,6 +75,9 @@ def parse_args():
     if args.variant == "bad" and args.fix is not None:
         parser.error("--fix chooses the fix of --variant good; --variant bad has none")
     args.fix = "none" if args.variant == "bad" else (args.fix or "all-reduce")
+    if args.num_samples < 10 * args.num_files:
+        parser.error(f"--num-samples {args.num_samples} is too small for {args.num_files} validation files: "
+                     f"give at least {10 * args.num_files} (10 samples per file)")
     return args
 
 
@@ -145,6 +149,7 @@ def main() -> None:
     if args.num_files < ctx.world_size:
         usage_error(f"--num-files {args.num_files} is fewer than the {ctx.world_size} ranks: every rank "
                     f"validates whole files, so give --num-files {ctx.world_size} or more.")
+    check_global_batch(ctx, args.num_samples, args.batch_size)
     train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant} fix={args.fix} patience={args.patience} timeout={args.timeout:g} s")
