@@ -9,8 +9,8 @@
 #   MODULES         modules to load first, space-separated, e.g. "cuda/12.4 gcc" (default: none)
 #   NPROC_PER_NODE  processes each torchrun starts  (default: the GPUs this job may use on the
 #                   node: CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; else 2)
-#   CPU_BIND        auto (default): srun steps get the job's --cpus-per-task (exported as
-#                   SRUN_CPUS_PER_TASK, which srun reads); none: srun's own default
+#   CPU_BIND        auto (default): srun steps get the job's --cpus-per-task (passed on the
+#                   srun line: every Slurm version honours it); none: srun's own default
 #
 # It then sets (and exports):
 #   REPO_DIR, JOB_ID, NODES (array), NNODES, NPROC_PER_NODE, MASTER_ADDR, MASTER_PORT
@@ -36,18 +36,21 @@ setup_job slurm_common.sh
 
 echo "job ${JOB_ID}: ${NNODES} node(s) [${NODES[*]}], tasks per node ${SLURM_TASKS_PER_NODE:-?}; master ${MASTER_ADDR}:${MASTER_PORT}"
 backend_note
-# srun does not pass the job's --cpus-per-task on to its steps (Slurm 22.05 and later); it
-# reads SRUN_CPUS_PER_TASK. Without it, every task of a step, a torchrun with its ranks and
-# their loader workers included, may get a single core. CPU_BIND=none leaves it unset.
+# Slurm 22.05 to 23.02 did not pass the job's --cpus-per-task on to its steps (they read
+# SRUN_CPUS_PER_TASK; 23.11 reads SLURM_CPUS_PER_TASK again: its CHANGELOG, src/srun/opt.c).
+# Without it, every task of a step, a torchrun with its ranks and their loader workers
+# included, may get a single core. --cpus-per-task on the srun line works on every version.
+# CPU_BIND=none leaves srun's own default.
+SRUN_CPUS=()
 if [[ "${CPU_BIND:-auto}" == auto && -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
-    export SRUN_CPUS_PER_TASK="${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}"
+    SRUN_CPUS=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
 fi
 
 # --8<-- [start:launch_torchrun]
 # launch_torchrun SCRIPT [ARGS...]: srun starts one torchrun on each node (one task per
 # node), and the torchruns meet at the first node (c10d rendezvous) and start the ranks.
 launch_torchrun() {
-    local -a cmd=(srun --kill-on-bad-exit=1 --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1
+    local -a cmd=(srun --kill-on-bad-exit=1 "${SRUN_CPUS[@]}" --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1
                   torchrun --nnodes="$NNODES" --nproc_per_node="$NPROC_PER_NODE"
                   --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$JOB_ID" "$@")
     echo "+ ${cmd[*]}"
@@ -60,7 +63,7 @@ launch_torchrun() {
 # setup_distributed() reads SLURM_PROCID, SLURM_LOCALID and the step's task count.
 # --kill-on-bad-exit: a rank that fails ends the others now, not at their timeout.
 launch_srun() {
-    local -a cmd=(srun --kill-on-bad-exit=1 python "$@")
+    local -a cmd=(srun --kill-on-bad-exit=1 "${SRUN_CPUS[@]}" python "$@")
     echo "+ ${cmd[*]}"
     without_job_port "${cmd[@]}"  # setup_distributed() derives a port per step
 }

@@ -113,11 +113,21 @@ def test_fewer_cores_than_ranks_binds_no_rank_to_a_shared_core(fake_node):
 
 
 def test_srun_steps_get_the_jobs_cpus_per_task(fake_node):
-    env = clean_env(SLURM_JOB_ID="9", SLURM_CPUS_PER_TASK="8", PATH=f"{fake_node / 'bin'}:/usr/bin:/bin")
-    cmd = ["bash", "-c", 'source scripts/slurm_common.sh >/dev/null && echo "srun_cpus=$SRUN_CPUS_PER_TASK"']
-    assert "srun_cpus=8" in run(cmd, env=env, timeout=30).output
+    """Both launchers put the job's --cpus-per-task on the srun line (Slurm 22.05-23.02 gave
+    steps one CPU otherwise, and read SRUN_CPUS_PER_TASK; 23.11 reads SLURM_CPUS_PER_TASK)."""
+    executable(fake_node / "bin" / "srun", '#!/bin/sh\necho "RAN srun $*"\n')
+    env = clean_env(SLURM_JOB_ID="9", SLURM_CPUS_PER_TASK="8",
+                    PATH=f"{fake_node / 'bin'}:/usr/bin:/bin", HOME=str(fake_node))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    cmd = ["bash", "-c",
+           "source scripts/slurm_common.sh >/dev/null && launch_srun t.py && launch_torchrun t.py"]
+    out = run(cmd, env=env, timeout=30).output
+    assert "RAN srun --kill-on-bad-exit=1 --cpus-per-task=8 python t.py" in out, out
+    assert "RAN srun --kill-on-bad-exit=1 --cpus-per-task=8 --nodes=" in out, out
     env["CPU_BIND"] = "none"
-    assert "srun_cpus=\n" in run(cmd, env=env, timeout=30).output
+    out = run(cmd, env=env, timeout=30).output
+    assert "RAN srun --kill-on-bad-exit=1 python t.py" in out, out
+    assert "--cpus-per-task" not in out, out
 
 
 # ---- scripts/site_env.sh: the site's settings, sourced by every job script when present
