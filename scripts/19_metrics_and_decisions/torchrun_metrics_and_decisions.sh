@@ -42,3 +42,4 @@ expect_failure "$DIR/early_stopping.py" --variant bad
 launch_torchrun "$DIR/early_stopping.py" --variant good --fix all-reduce
 expect_failure "$DIR/prepare_once.py" --variant bad --cache-dir "$CACHE_DIR"
 launch_torchrun "$DIR/prepare_once.py" --variant good --cache-on node-local --cache-dir "$CACHE_DIR"
+rm -rf "$CACHE_DIR"  # this node's copy (a scheduler's own $TMPDIR goes with the job anyway)
