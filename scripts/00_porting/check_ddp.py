@@ -523,6 +523,9 @@ class Checker:
     def is_ddp_call(self, call):
         """DistributedDataParallel(...) in any spelling: DDP(...), nn.parallel.DistributedDataParallel,
         an alias, or a helper that says it wraps in DDP (smart_DDP, wrap_ddp)."""
+        if isinstance(call.func, ast.IfExp):  # (DDP if distributed else SingleProcess)(model)
+            return any(self.is_ddp_call(ast.Call(func=f, args=[], keywords=[]))
+                       for f in (call.func.body, call.func.orelse))
         name = last(call)
         if name == "DistributedDataParallel" or self.origin(call.func).endswith("DistributedDataParallel"):
             return True
@@ -590,13 +593,14 @@ class Checker:
         key = dotted(target)
         if not key:
             return
-        wrapped = value
-        while isinstance(wrapped, ast.Call) and isinstance(wrapped.func, ast.Attribute) \
-                and wrapped.func.attr in ("to", "cuda", "half", "float", "train", "requires_grad_"):
-            wrapped = wrapped.func.value
         inner = None
-        if isinstance(wrapped, ast.Call) and self.is_ddp_call(wrapped) and wrapped.args:
-            inner = self.value_kinds(wrapped.args[0], node.lineno - 1, scope)  # before this line's binding
+        for wrapped in [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]:
+            while isinstance(wrapped, ast.Call) and isinstance(wrapped.func, ast.Attribute) \
+                    and wrapped.func.attr in ("to", "cuda", "half", "float", "train", "requires_grad_"):
+                wrapped = wrapped.func.value
+            if isinstance(wrapped, ast.Call) and self.is_ddp_call(wrapped) and wrapped.args:
+                # what the wrapper holds, as it was before this line's binding: model.module
+                inner = (inner or set()) | self.value_kinds(wrapped.args[0], node.lineno - 1, scope)
         if key.startswith(("self.", "cls.")):
             scope = self.class_of(scope) or scope
         self.bindings.setdefault(key, []).append((kinds, node.lineno, scope))
@@ -1179,9 +1183,7 @@ class Checker:
         """Names that hold `made` (a call) or what is built on it: a loader on a sampler, a
         BatchSampler on it, a dict of a loader's arguments."""
         holder = self.parents.get(made)
-        while isinstance(
-            holder, (ast.IfExp, ast.BoolOp)
-        ):  # DistributedSampler(data) if distributed else None
+        while isinstance(holder, (ast.IfExp, ast.BoolOp)):  # DistributedSampler(d) if distributed else None
             holder = self.parents.get(holder)
         if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
             return set()

@@ -11,7 +11,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from my_project.distributed import is_main_process, is_master, rank_zero_only
+from my_project.distributed import WORLD_RANK, is_main_process, is_master, rank_zero_only
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
@@ -104,6 +104,8 @@ def main():
             torch.save({"model": inner.state_dict()}, "node_copy.pt")
         if is_main_process():
             torch.save(raw_model.state_dict(), "weights.pt")
+        if WORLD_RANK == 0:
+            torch.save(raw_model.state_dict(), "weights_world.pt")
         if dist.get_rank() == 0:
             torch.save(raw_model.state_dict(), "weights_rank0.pt")
         if args.save_logs:
