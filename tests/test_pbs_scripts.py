@@ -119,6 +119,13 @@ EXPECTED_IN_JOB_OUTPUT = {
                            "mesh=1x2", "dp_grads_ok=yes"],
     "18_transformer": ["variant=bad accumulation_steps=1", "variant=good accumulation_steps=1",
                        "losses_match=yes", "resume_equal=yes"],
+    "19_metrics_and_decisions": ["f1_off_by=-0.0666 auroc_off_by=+0.0350 matches_reference=no",
+                                 "variant=good shards=files world_size=2", "matches_reference=yes",
+                                 "outcome=timeout left_after_epoch=5 left=1 went_on=0",
+                                 "the bad variant failed as expected (exit code 1)",
+                                 "stop_epoch_per_rank=7,7 steps_per_rank=56,56",
+                                 "writes_per_rank=1,0 failed_reads=1 reads_ok=1/2",
+                                 "writes_per_rank=1,0 failed_reads=0 reads_ok=2/2"],
     # (one folder, two launchers: per-script entries add to the folder's)
     "13_multinode_and_hpc/pbs_torchrun.sh": ["summary: launcher=torchrun world_size=2 nodes=1"],
     "13_multinode_and_hpc/pbs_mpiexec.sh": ["summary: launcher=mpich world_size=2 nodes=1"],
