@@ -389,7 +389,8 @@ def test_slurm_template_under_sbatch(slurm, tmp_path):
     assert srun in result.output, result.output
     given = re.findall(r"^torchrun got: (.*)$", result.output, flags=re.M)
     endpoint = f"--rdzv-endpoint=localhost:{job_port(job_id)} --rdzv-id={job_id} "
-    assert len(given) == 2 and given[0].endswith(" ./check_ddp.py --preflight") and " train.py " in given[1]
+    assert len(given) == 2 and " ./check_ddp.py --preflight -- train.py" in given[0]
+    assert " train.py " in given[1] and "check_ddp.py" not in given[1]
     for line in given:  # the preflight's torchrun and the training's
         assert line.startswith("--rdzv-conf=is_host=true ") and endpoint in line, line
 

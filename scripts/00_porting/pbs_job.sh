@@ -116,7 +116,8 @@ fi
 # (--preflight): it checks every rank in seconds and stops the job with what to fix.
 preflight="$(dirname "$TRAIN_SCRIPT")/check_ddp.py"
 if [[ -f "$preflight" ]]; then
-    "${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$preflight" --preflight
+    # after --, the training command: the preflight warns when its flags keep a GPU job on CPUs
+    "${cmd[@]:0:${#cmd[@]}-${#train_args[@]}-1}" "$preflight" --preflight -- "$TRAIN_SCRIPT" "${train_args[@]}"
 else
     echo "preflight skipped: no check_ddp.py beside $TRAIN_SCRIPT (copy it there to check the launch first)"
 fi
