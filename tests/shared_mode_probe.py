@@ -24,6 +24,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 
+from utils.distributed import cleanup_distributed, setup_distributed
 from utils.fsdp import build_model, shard_model
 from utils.shared_mode import gather_through_cpu
 
@@ -53,8 +54,7 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
+def probe() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     model = shard_model(build_model(0, torch.device("cpu")), mesh)
@@ -78,8 +78,16 @@ def main() -> None:
         agreed = {k: all(r[k] for r in gathered) for k in results}
         print("summary: " + " ".join(f"{k}={'yes' if v else 'no'}" for k, v in agreed.items()),
               flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+
+
+def main() -> None:
+    # as the chapters do: setup_distributed() imports torch.distributed.nn before the group,
+    # and the models and meshes are gone (probe() returned) before cleanup_distributed()
+    # leaves it; else gloo's threads end at exit, after the other rank may have gone, and a
+    # rank aborts now and then ("terminate called without an active exception")
+    setup_distributed("gloo")
+    probe()
+    cleanup_distributed()
 
 
 if __name__ == "__main__":
