@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree
+from conftest import REPO, TEARDOWN_FAILURES, Result, clean_env, kill_tree, log_launch
 
 NODE_ADDRESSES = ("10.213.0.1", "10.213.0.2")
 INTERFACE = "ddp0"
@@ -36,8 +36,10 @@ class Background:
     running: list[Background] = []
 
     def __init__(self, cmd: list, env: dict[str, str], timeout: float = JOB_TIMEOUT_S) -> None:
+        from captured_outputs import CpuPopen  # its CPU seconds, for LAUNCH_LOG
+
         self.cmd, self.timeout, self.lines = cmd, timeout, []
-        self.proc = subprocess.Popen(
+        self.proc = CpuPopen(
             [str(c) for c in cmd], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         self.started = time.monotonic()
@@ -65,6 +67,7 @@ class Background:
             self.kill()
             pytest.fail(f"timed out (a hang?): {' '.join(map(str, self.cmd))}\n{''.join(self.lines)}")
         self._reader.join(timeout=10)
+        log_launch(" ".join(map(str, self.cmd)), time.monotonic() - self.started, self.proc.cpu_seconds)
         output = "".join(self.lines)
         for sign in TEARDOWN_FAILURES:
             assert sign not in output, f"teardown problem ({sign!r}):\n{output}"

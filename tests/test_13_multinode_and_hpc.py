@@ -114,7 +114,9 @@ def test_two_nodes_with_mpiexec_alone(two_nodes, tmp_path):
 # --------------------------------------------------------------------------- fixed port
 def mpi_job(mpi: str, job_id: str | None, *args: str, placement: tuple[str, ...] = (),
             master_port: int | None = None) -> Background:
-    """`mpiexec -n 2 [placement] python fixed_port.py ARGS` as a scheduler's job would run it."""
+    """`mpiexec -n 2 [placement] python fixed_port.py ARGS` as a scheduler's job would run it.
+    A first job runs with --hold-until FILE: it holds its port, without work, until the test
+    has run the second beside it and made FILE (a long job without the CPU time of one)."""
     env = mpi_env(mpi)
     if job_id:
         env["PBS_JOBID"] = job_id
@@ -125,14 +127,17 @@ def mpi_job(mpi: str, job_id: str | None, *args: str, placement: tuple[str, ...]
     return Background(cmd, env=env)
 
 
-def test_fixed_port_second_job_on_the_node_fails():
+def test_fixed_port_second_job_on_the_node_fails(tmp_path):
     """bad: both jobs pin 29500. The first holds it; the second's rank 0 cannot listen, its
     rank 1 reaches the first job's master, and the job ends with setup_distributed()'s one-line
     explanation, not a traceback. (mpiexec ends the job at the first rank that fails, so which
     of the two explanations shows is a race.)"""
-    first = mpi_job("openmpi", "1001.pbs", "--variant", "bad", "--epochs", "40")  # a longer job
-    first.wait_for("rank 0 listens on")
+    release = tmp_path / "release"
+    first = mpi_job("openmpi", "1001.pbs", "--variant", "bad", "--hold-until", str(release))
+    first.wait_for("holding the port until")
     second = mpi_job("openmpi", "1002.pbs", "--variant", "bad").finish()
+    first_still_running = first.proc.poll() is None
+    release.touch()
     first_result = first.finish()
 
     assert second.returncode != 0, second.output
@@ -142,38 +147,40 @@ def test_fixed_port_second_job_on_the_node_fails():
                      "reached the master at 127.0.0.1:29500, but it belongs to job 1001.pbs (launch "))
     assert any(all(part in second.output for part in parts) for parts in explanations), second.output
     assert "Traceback" not in second.output and "summary:" not in second.output, second.output
-    # Either explanation shows that the first job held the port when the second started (no
-    # check of the first's state after the second's end: on a busy machine the second's
-    # failure can take longer than the first's 40 epochs). The first job is unharmed.
+    # The first job held the port all through the second's run, and is unharmed.
+    assert first_still_running, "the jobs did not overlap: the test proves nothing"
     assert first_result.returncode == 0, first_result.output
     summary = parse_summary(first_result.output)
     assert summary["port"] == "29500" and summary["port_from"] == "MASTER_PORT", summary
     assert summary["params_identical"] == "yes"
 
 
-def both_finish_side_by_side(start_first, start_second):
-    """Start a long launch, then a second one beside it; both must finish (exit 0) and must
-    have held their ports at the same time, or the test would prove nothing."""
+def both_finish_side_by_side(start_first, start_second, release: Path):
+    """Start a launch that holds its port until `release` exists, then a second one beside
+    it; both must finish (exit 0) and must have held their ports at the same time, or the
+    test would prove nothing."""
     first = start_first()
-    first.wait_for("rank 0 listens on")
-    second_launch = start_second()
-    second_launch.wait_for("rank 0 listens on")
+    first.wait_for("holding the port until")
+    second = start_second().finish()
     first_still_running = first.proc.poll() is None  # the two held their ports at once
-    second, first_result = second_launch.finish(), first.finish()
+    release.touch()
+    first_result = first.finish()
     assert second.returncode == 0, second.output
     assert first_result.returncode == 0, first_result.output
     assert first_still_running, "the launches did not overlap: the test proves nothing"
     return first_result, second
 
 
-def test_ports_from_the_job_both_jobs_finish():
+def test_ports_from_the_job_both_jobs_finish(tmp_path):
     """good: the first job's port comes from its job id and its launch (Open MPI names the
     launch: its PMIx namespace), the second (MPICH, no scheduler, no job id) gets a free port
     from its rank 0 over MPI; side by side, both finish. (Open MPI with --map-by ppr:N:node
     and MPICH with --ppn: the forms docs/launchers.md shows.)"""
+    release = tmp_path / "release"
     first_result, second = both_finish_side_by_side(
-        lambda: mpi_job("openmpi", "1001.pbs", "--epochs", "150", placement=("--map-by", "ppr:2:node")),
-        lambda: mpi_job("mpich", None, placement=("--ppn", "2")))
+        lambda: mpi_job("openmpi", "1001.pbs", "--hold-until", str(release),
+                        placement=("--map-by", "ppr:2:node")),
+        lambda: mpi_job("mpich", None, placement=("--ppn", "2")), release)
     summaries = parse_summary(first_result.output), parse_summary(second.output)
     namespace = summaries[0]["port_from"].removeprefix("PBS_JOBID=1001.pbs,PMIX_NAMESPACE=")
     assert namespace != summaries[0]["port_from"], summaries[0]
@@ -195,30 +202,33 @@ def test_torchrun_node_says_what_it_needs():
 
 
 # --------------------------------------------------------------------------- two launches, one job
-def test_two_launches_in_one_job_both_finish():
+def test_two_launches_in_one_job_both_finish(tmp_path):
     """Two `mpiexec -n 2` (MPICH: its Hydra names no launch) side by side in one PBS job, as
     a sweep runs them: the same PBS_JOBID, so a port derived from the job id alone would be
     the same for both. Rank 0 of each picks a free port and broadcasts it; both finish."""
+    release = tmp_path / "release"
     first_result, second = both_finish_side_by_side(
-        lambda: mpi_job("mpich", "2001.pbs", "--epochs", "150", "--timeout", "20"),
-        lambda: mpi_job("mpich", "2001.pbs", "--timeout", "20"))
+        lambda: mpi_job("mpich", "2001.pbs", "--hold-until", str(release), "--timeout", "20"),
+        lambda: mpi_job("mpich", "2001.pbs", "--timeout", "20"), release)
     summaries = parse_summary(first_result.output), parse_summary(second.output)
     assert summaries[0]["port"] != summaries[1]["port"], summaries
     for summary in summaries:
         assert summary["port_from"] == "mpi_broadcast" and summary["params_identical"] == "yes", summary
 
 
-def test_two_launches_forced_onto_one_port_fail_fast_and_say_why():
+def test_two_launches_forced_onto_one_port_fail_fast_and_say_why(tmp_path):
     """The same, with one MASTER_PORT exported for both: the second launch fails at once (its
     rank 0 cannot listen; its rank 1 reached the first launch's rank 0, and stops), with a
     line that names MASTER_PORT, well within its --timeout; the first launch is unharmed."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    first = mpi_job("mpich", "2001.pbs", "--epochs", "150", "--timeout", "20", master_port=port)
-    first.wait_for("rank 0 listens on")
+    release = tmp_path / "release"
+    first = mpi_job("mpich", "2001.pbs", "--hold-until", str(release), "--timeout", "20", master_port=port)
+    first.wait_for("holding the port until")
     second = mpi_job("mpich", "2001.pbs", "--timeout", "60", master_port=port).finish()
     first_still_running = first.proc.poll() is None
+    release.touch()
     first_result = first.finish()
 
     assert second.returncode != 0 and "Traceback" not in second.output, second.output

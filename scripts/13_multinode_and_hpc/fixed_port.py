@@ -15,6 +15,9 @@ Run it:
     bash scripts/13_multinode_and_hpc/torchrun_node.sh 2 node0 scripts/13_multinode_and_hpc/fixed_port.py
                                                                             # on each of 2 nodes
 
+Two jobs side by side by hand: start the first with --hold-until /tmp/go (it holds its port
+and waits, without work, until that file exists), start the second, then `touch /tmp/go`.
+
 The pitfall (--variant bad): the script fixes MASTER_PORT=29500 wherever the launcher did not
 set one, as many examples do. Run two such jobs side by side on one node (mpiexec, srun, a
 PBS or Slurm job): the second fails with "port 29500 ... is already in use". The fix
@@ -28,6 +31,7 @@ over MPI, or, with neither, derives it from the job id. Under torchrun the port 
 import os
 import socket
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -40,21 +44,35 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from utils.checks import check_global_batch
-from utils.cli import add_training_args, add_variant_arg, make_parser, positive_int
+from utils.cli import add_training_args, add_variant_arg, make_parser, output_file, positive_int
 from utils.data import synthetic_classification
 from utils.distributed import cleanup_distributed, print0, setup_distributed
 from utils.replicas import verify_replicas
 
 FIXED_PORT = 29500  # torchrun's old default, and the port most examples copy
+HOLD_LIMIT_S = 600.0  # --hold-until waits no longer (never a hang)
 
 
 def parse_args():
     parser = add_training_args(make_parser(__doc__), epochs=3, batch_size=32, lr=0.05)
     parser.add_argument("--num-samples", type=positive_int, default=2048,
                         help="size of the synthetic data set (default: %(default)s)")
+    parser.add_argument("--hold-until", type=output_file, metavar="FILE",
+                        help="after joining the group, wait until FILE exists (at most "
+                             f"{HOLD_LIMIT_S:.0f} s), holding the port: run a second job beside this one")
     add_variant_arg(parser, bad=f"the script fixes MASTER_PORT={FIXED_PORT}",
                     good="the port comes from the job id, or rank 0 picks a free one")
     return parser.parse_args()
+
+
+def hold_until(path: Path) -> None:
+    """Wait until `path` exists, without work: the job keeps its port meanwhile."""
+    print0(f"holding the port until {path} exists")
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"--hold-until {path}: the file did not appear in {HOLD_LIMIT_S:.0f} s")
+        time.sleep(0.1)
 
 
 def node_address(master_addr: str, master_port: int) -> str:
@@ -97,6 +115,8 @@ def main() -> None:
         print0(f"rank 0 listens on {master_addr}:{master_port} (port from: {origin})")
     if args.variant == "bad" and origin == "torchrun":
         print0("(torchrun set the port: --variant bad changes nothing under torchrun)")
+    if args.hold_until:
+        hold_until(args.hold_until)
 
     # 3. Train a small model for a few epochs: the job holds its port all the while.
     dataset = synthetic_classification(args.num_samples, seed=args.seed)
