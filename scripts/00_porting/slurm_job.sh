@@ -49,9 +49,10 @@ fi
 echo "job $SLURM_JOB_ID: ${#nodes[@]} node(s) [${nodes[*]}] x $nproc_per_node process(es);" \
      "rendezvous $rdzv_host:$rdzv_port"
 
-# Each torchrun needs the node's cores, not one. Slurm 22.05 to 23.02 gave srun's tasks one CPU
-# unless told the job's --cpus-per-task (in SRUN_CPUS_PER_TASK; 23.11 reads SLURM_CPUS_PER_TASK
-# again): say it on the srun line, which every version honours.
+# Each torchrun needs the node's cores, not one. Slurm 22.05 to 23.02 do not pass the job's
+# --cpus-per-task on to srun (only SRUN_CPUS_PER_TASK; 23.11 reads SLURM_CPUS_PER_TASK again):
+# its task asks for one CPU, and where the site binds tasks to cores, a torchrun gets one core.
+# Say it on the srun line, which every version honours.
 srun_cpus=()
 [[ -z "${SLURM_CPUS_PER_TASK:-}" ]] || srun_cpus=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
 # What runs on each node: torchrun, told whether it hosts the rendezvous (on the node this
