@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import mpiexec, observed_writes, python, script_help, torchrun, writes_to
+from conftest import (
+    captured_run,
+    mpiexec,
+    observed_writes,
+    parse_summary,
+    python,
+    script_help,
+    torchrun,
+    writes_to,
+)
 from torch import nn
 
 from utils.checkpoint import (
@@ -111,12 +120,12 @@ def test_good_only_rank_0_logs(good_2):
     assert "[rank" not in result.output
 
 
-def test_bad_with_four_ranks_prints_four_copies(tmp_path_factory):
-    path, env = observed(tmp_path_factory, "bad_4")
-    result, summary = train(lambda *a: torchrun(4, *a, env=env), path, "--variant", "bad", "--epochs", "1")
+def test_bad_with_three_ranks_prints_three_copies(tmp_path_factory):
+    path, env = observed(tmp_path_factory, "bad_3")
+    result, summary = train(lambda *a: torchrun(3, *a, env=env), path, "--variant", "bad", "--epochs", "1")
     lines = epoch_lines(result.output, 1, epochs=1)
-    assert sorted(ln.split("]")[0] for ln in lines) == [f"[rank {r}" for r in range(4)]
-    assert writes(path, 4, "bad") == [1, 1, 1, 1]
+    assert sorted(ln.split("]")[0] for ln in lines) == [f"[rank {r}" for r in range(3)]
+    assert writes(path, 3, "bad") == [1, 1, 1]
 
 
 def test_logger_filters_by_rank_and_prefixes_on_request(monkeypatch):
@@ -216,13 +225,19 @@ def test_unwrap_and_strip_prefixes():
 
 
 # --------------------------------------------------------------------------- resume
-def test_good_resume_reproduces_the_uninterrupted_run(tmp_path, good_2):
+def summaries(output: str) -> list[dict[str, str]]:
+    """The key=value pairs of every 'summary:' line, in order."""
+    return [parse_summary(line) for line in output.splitlines() if line.startswith("summary:")]
+
+
+def test_good_resume_reproduces_the_uninterrupted_run(good_2):
+    """The page's run (04_resume_good): stopped after epoch 2 by one torchrun, resumed by
+    the next; against the uninterrupted run."""
     _, straight, _ = good_2
-    # --resume on every launch, as a job that may be restarted would: the first starts fresh.
-    result, first = train(lambda *a: torchrun(2, *a), tmp_path, "--resume", "--stop-after-epoch", "2")
-    assert "no checkpoint_good.pt in the checkpoint directory yet" in result.output
+    result = captured_run("04_resume_good.txt")
+    assert result.returncode == 0, result.output
+    first, resumed = summaries(result.output)
     assert first["start_epoch"] == "0" and first["epochs_done"] == "2"
-    result, resumed = train(lambda *a: torchrun(2, *a), tmp_path, "--resume")
     assert resumed["start_epoch"] == "2" and resumed["epochs_done"] == str(EPOCHS)
     assert "resumed from checkpoint_good.pt: 2 epoch(s) done" in result.output
     # The fingerprint moves every epoch (dropout draws from the CPU's generator here) ...
@@ -274,13 +289,16 @@ def test_generator_states_hold_the_gpus_generator_on_a_gpu(monkeypatch):
     assert fingerprint_states([generator_states(torch.device("cpu"))]) != cpu_print
 
 
-def test_bad_resume_does_not(tmp_path, single_good):
+def test_bad_resume_does_not(good_2):
     """The bad resume restores weights, optimizer and epoch but no RNG state: epoch 3 starts
     with the RNG state epoch 1 started with (the script's seed), so its dropout masks are
-    epoch 1's, and the losses depart from the uninterrupted run's (one process shows it)."""
-    _, straight, _ = single_good
-    _, first = train(python, tmp_path, "--variant", "bad", "--stop-after-epoch", "2")
-    _, resumed = train(python, tmp_path, "--variant", "bad", "--resume")
+    epoch 1's, and the losses depart from the uninterrupted run's (the page's run,
+    04_resume_bad, against the good variant's uninterrupted run: the variants train alike)."""
+    _, straight, _ = good_2
+    result = captured_run("04_resume_bad.txt")
+    assert result.returncode == 0, result.output
+    first, resumed = summaries(result.output)
+    assert first["variant"] == resumed["variant"] == "bad"
     assert losses(first) == losses(straight)[:2]  # same training until the interruption
     assert rng_states(first) == rng_states(straight)[:2]
     assert resumed["start_epoch"] == "2"
@@ -293,11 +311,14 @@ def test_bad_resume_does_not(tmp_path, single_good):
 
 
 def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2):
-    """Stopped and resumed under MPICH: the same losses as the uninterrupted torchrun run."""
+    """Stopped and resumed under MPICH: the same losses as the uninterrupted torchrun run.
+    --resume on every launch, as a job that may be restarted would: the first starts fresh."""
     _, straight, _ = good_2
-    _, first = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--stop-after-epoch", "2")
+    result, first = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--resume", "--stop-after-epoch", "2")
+    assert "no checkpoint_good.pt in the checkpoint directory yet" in result.output
+    assert first["start_epoch"] == "0" and first["epochs_done"] == "2"
     _, resumed = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--resume")
-    assert first["launcher"] == "mpich"
+    assert first["launcher"] == "mpich" and resumed["start_epoch"] == "2"
     assert rng_states(first) + rng_states(resumed) == rng_states(straight)
     assert losses(first) + losses(resumed) == losses(straight)
 
