@@ -95,6 +95,11 @@ def test_each_chapters_bad_variant_is_flagged_with_its_chapters_rule():
         assert all(f["variant"] == "bad" for f in found), (script, found)  # none in the good variant
         chapter = script[:2]
         assert all(f["chapter"] == chapter for f in found), (script, found)
+    # chapter 13's port is a fallback (setdefault): it never runs under torchrun, which sets
+    # MASTER_PORT, so the checker says it as a note; mpiexec and srun set none
+    [port] = findings(REPO / "scripts" / "13_multinode_and_hpc" / "fixed_port.py")
+    assert port["severity"] == "note" and port["message"].startswith(
+        "MASTER_PORT falls back to 29500 where the launcher set none: torchrun always sets one"), port
 
 
 def test_no_false_alarm_in_good_variants_porting_scripts_and_utils():
@@ -127,9 +132,97 @@ def test_fixtures_get_exactly_the_expected_findings():
     metrics = expected_in(FIXTURES / "metrics.py")
     assert {code for _, code, _ in metrics} == {"DDP190", "DDP191"}
     cleans = sorted(FIXTURES.glob("clean*.py"))
-    assert len(cleans) >= 8
+    assert len(cleans) >= 10
     for clean in cleans:
         assert findings(clean) == [], clean.name
+
+
+def test_decisions_ports_and_passes_of_the_second_review():
+    """The shapes behind a fresh review's false alarms and misses, each a fixture of our own:
+    a loop left on a value one rank computed alone, but not on values every rank shares
+    (decisions.py, clean_decisions.py); a fixed port that defers to the launcher is a note
+    (port_fallbacks.py); a shuffling sampler read pass after pass with no epoch loop
+    (set_epoch_passes.py)."""
+    assert sorted(expected_in(FIXTURES / "decisions.py")) == [
+        (44, "DDP191", False), (49, "DDP191", False), (51, "DDP191", False), (57, "DDP191", False)]
+    ports = expected_in(FIXTURES / "port_fallbacks.py")
+    assert sorted(note for _, code, note in ports if code == "DDP130") == [False, True, True, True, True]
+    assert [code for _, code, _ in expected_in(FIXTURES / "set_epoch_passes.py")] == ["DDP030"] * 3
+    for name in ("decisions.py", "port_fallbacks.py", "set_epoch_passes.py"):
+        assert found_in(FIXTURES / name) == expected_in(FIXTURES / name), name
+    for name in ("clean_decisions.py", "clean_set_epoch_passes.py"):
+        assert findings(FIXTURES / name) == [], name
+    by_line = {f["line"]: f["message"] for f in findings(FIXTURES / "decisions.py")}
+    assert "leaves the loop on `stopper.early_stop`, a value this rank computed alone" in by_line[49]
+    assert "only on the ranks where `rank == 0 and os.path.exists('STOP')` holds" in by_line[51]
+    passes = [f["message"] for f in findings(FIXTURES / "set_epoch_passes.py")]
+    assert "read again and again (forever(), called at line 26, reads it in a loop)" in passes[0]
+    fallback = findings(FIXTURES / "port_fallbacks.py")[0]["message"]
+    assert fallback.startswith("MASTER_PORT falls back to 12355 where the launcher set none")
+
+
+PROJECT = FIXTURES / "project"
+
+
+def test_the_modules_of_the_scripts_own_project_are_followed():
+    """project/train.py's pitfalls are in helpers/ (a port option given to setup_dist(), a
+    sampler made by a helper, an evaluation that all-reduces two modules deep, saves on every
+    rank in validation() and save_checkpoint(), a wrap helper): each is reported at the call,
+    naming the helper and its file. Alone (follow=False) the file shows none of them."""
+    train = PROJECT / "train.py"
+    assert found_in(train) == expected_in(train)
+    assert sorted(code for _, code, _ in expected_in(train)) == [
+        "DDP020", "DDP030", "DDP031", "DDP031", "DDP040", "DDP040", "DDP041", "DDP130", "DDP130"]
+    messages = {(f["line"], f["code"]): f["message"] for f in findings(train)}
+    assert messages[(47, "DDP040")].startswith(
+        "validation() (helpers/engine.py) runs torch.save (helpers/io.py:9) on every rank")
+    assert messages[(44, "DDP020")].startswith(
+        "evaluate() (helpers/engine.py) calls all_reduce() (helpers/metrics.py:7) only on the ranks where")
+    assert messages[(17, "DDP130")].startswith("setup_dist() (helpers/dist.py:12) sets MASTER_PORT to 29512")
+    assert messages[(28, "DDP031")].startswith("the DistributedSampler that make_data_sampler() "
+                                               "(helpers/data.py) returns pads the shards")
+    text, tree = check_ddp.read_source(str(train))
+    alone = check_ddp.check_source(text, tree, str(train), follow=False)
+    assert alone == []  # the file by itself shows none of them
+    assert findings(PROJECT / "clean_train.py") == []
+
+
+def write_project(root, files):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_following_stops_at_two_modules_fifty_files_and_the_project(tmp_path):
+    """Bounded: a collective two modules deep is seen, three deep is not; at most 50 modules
+    are read; a module that does not parse is skipped without a word; nothing above the folder
+    that holds .git, no installed package, no module imported at run time."""
+    reduce = "import torch.distributed as dist\n\n\ndef f(x):\n    dist.all_reduce(x)\n"
+    write_project(tmp_path / "repo", {
+        ".git/HEAD": "ref: refs/heads/main\n",
+        "one.py": "from two import f as g\n\n\ndef f(x):\n    g(x)\n",
+        "two.py": reduce,
+        "deep1.py": "from deep2 import f as g\n\n\ndef f(x):\n    g(x)\n",
+        "deep2.py": "from deep3 import f as g\n\n\ndef f(x):\n    g(x)\n",
+        "deep3.py": reduce,
+        "broken.py": "def f(:\n",
+        "train.py": (
+            "import importlib\nimport torch\nimport one, deep1, broken, above, mods\n"
+            "from torch.distributed import all_reduce\n\nrank = int(torch.distributed.get_rank())\n"
+            "if rank == 0:\n    one.f(torch.ones(1))\n    deep1.f(torch.ones(1))\n    broken.f(1)\n"
+            "    above.f(torch.ones(1))\n    importlib.import_module('two').f(torch.ones(1))\n"
+            + "".join(f"    mods.m{i}.f(torch.ones(1))\n" for i in range(60))),
+        "mods/__init__.py": "",
+        **{f"mods/m{i}.py": "def f(x):\n    return x\n" for i in range(60)},
+    })
+    (tmp_path / "above.py").write_text(reduce)  # beside the project, not in it
+    train = tmp_path / "repo" / "train.py"
+    assert [(f["line"], f["code"]) for f in findings(train)] == [(8, "DDP020")]  # one.f, not deep1.f
+    project = check_ddp.Project(train)
+    assert project.roots == [tmp_path / "repo"]
+    text, tree = check_ddp.read_source(str(train))
+    check_ddp.Checker(tree, project=project, path=train).check()
+    assert len(project.read) == 50 and (tmp_path / "repo" / "broken.py") in project.skipped
 
 
 def test_a_file_is_distributed_in_any_spelling_of_ddp_a_sampler_or_a_group():

@@ -141,6 +141,10 @@ GUARD_EXTRA = {"gpu", "gpu_id", "gpu_rank", "device_id"}
 # Decorators that run a function on rank 0 alone.
 RANK_ZERO_DECORATORS = re.compile(r"(?i)rank_?zero|master_only|main_process_only|on_main_process|main_only")
 NO_GRAD = {"no_grad", "inference_mode"}
+# Calls whose result carries the rank of their arguments (arithmetic, conversions): int(rank),
+# min(rank, 1), torch.tensor(rank == 0). Any other call given the rank returns its own value.
+CARRY_RANK = {"int", "float", "bool", "abs", "min", "max", "round", "sum", "tensor", "as_tensor", "item",
+              "tolist", "list", "tuple", "eq", "ne", "lt", "le", "gt", "ge"}
 BUILTINS = {"len", "enumerate", "iter", "next", "zip", "list", "tuple", "print", "isinstance", "sorted"}
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
 SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -154,10 +158,14 @@ NOT_A_SUM = re.compile(
     r"(?i)(^|_)(f1|fbeta|f_beta|precision|recall|auroc|roc_auc|auc|average_precision|"
     r"matthews|mcc|kappa|iou|miou|jaccard|dice|balanced_accuracy|accuracy_score)(_score)?$"
 )
-# Values a script leaves a loop on that each rank computes for itself, unless a collective
-# made them equal: a loss, a metric, a best value, a patience counter.
-LOCAL_DECISION = re.compile(r"(?i)loss|acc|metric|score|f1|auc|ppl|perplex|bleu|fitness|best|patience|"
-                            r"improv|early|bad_epoch")
+# Calls that compute a loss or a metric from this rank's data (DDP191: a value of its own),
+# and the model's output; calls that make a value the same on every rank (synchronize, reduce).
+LOCAL_CALL = re.compile(r"(?i)(^|_)(loss(es)?|criterion|accuracy|acc|acc1|top1|topk|perplexity|ppl)($|_)|"
+                        r"cross_entropy|nll_loss|mse_loss|l1_loss|kl_div|ctc_loss|"
+                        r"(^|_)(f1|precision|recall|auroc|roc_auc|auc|iou|miou|dice|bleu)(_score)?$")
+MODEL_NAME = re.compile(r"(?i)(^|_)(model|net|network|encoder|classifier|generator|discriminator)$")
+SYNC_CALL = re.compile(r"(?i)sync|all_?reduce|all_?gather|broadcast|reduce_(dict|tensor|value|mean|sum|loss)|"
+                       r"^(reduce|gather)_|reduce$")
 
 
 def dotted(node):
@@ -195,6 +203,17 @@ def is_true(node):
     return (
         node is not None and not is_false(node) and not (isinstance(node, ast.Constant) and node.value == "")
     )
+
+
+def is_path(node):
+    """A value that looks like a file name: a string built here, or a name that says so."""
+    if isinstance(node, (ast.JoinedStr, ast.BinOp)) or (
+            isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        return True
+    if isinstance(node, ast.Call) and last(node) in ("join", "format", "Path", "str"):
+        return True
+    return isinstance(node, (ast.Name, ast.Attribute)) and bool(
+        re.search(r"(?i)path|file|dir|name|ckpt|checkpoint|out", last(node)))
 
 
 def is_minus_one(node):
@@ -325,12 +344,141 @@ def has_variants(tree):
                if isinstance(n, (ast.If, ast.IfExp)))
 
 
+# ------------------------------------------------------------------ the reader's project
+MAX_MODULES = 50  # project modules read for one checked file, at most
+MAX_DEPTH = 2  # the script's imports (1), and theirs (2)
+_PARSED = {}  # path -> (mtime, size, tree or None): each module parsed once per process
+_MODULE_CHECKERS = {}  # (path, mtime, depth, roots) -> the Checker of a project module
+
+
+def project_roots(script):
+    """Where the script's own imports are looked up: its folder and the folders above it, up
+    to the one that holds `.git` (a folder or a file), at most 4 levels up."""
+    roots = [script.parent]
+    while not (roots[-1] / ".git").exists() and len(roots) < 5 and roots[-1].parent != roots[-1]:
+        roots.append(roots[-1].parent)
+    return roots
+
+
+def parse_module(path):
+    """The tree of a project module, or None (unreadable, not UTF-8, a syntax error: skipped)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    cached = _PARSED.get(path)
+    if cached is None or cached[:2] != (stat.st_mtime_ns, stat.st_size):
+        try:
+            tree = ast.parse(path.read_bytes().decode("utf-8-sig"), filename=str(path))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        cached = _PARSED[path] = (stat.st_mtime_ns, stat.st_size, tree)
+    return cached[2]
+
+
+class Project:
+    """The modules of the reader's own project that a checked script imports: `from utils
+    import save_checkpoint`, `import engine`, `from .data import build_loader`, resolved as
+    Python would from the script's folder and the folders above it (see project_roots); not
+    installed packages, not imports made at run time (importlib, __import__). Read on demand,
+    at most MAX_MODULES files, MAX_DEPTH imports deep; a module that does not parse is skipped."""
+
+    def __init__(self, script, root=None):
+        self.script = Path(script).resolve()
+        self.roots = [Path(root).resolve()] if root else project_roots(self.script)
+        if root and self.script.parent != self.roots[0]:  # the script's folder first, as Python does
+            self.roots.insert(0, self.script.parent)
+        self.top = self.roots[-1]
+        self.read, self.skipped, self.found = set(), [], {}
+
+    def find(self, module, level, folder):
+        """The file of module `module` (dotted; '' for the package itself), imported with
+        `level` leading dots from a file in `folder`; None if it is not in the project."""
+        parts = module.split(".") if module else []
+        if level:
+            base = folder
+            for _ in range(level - 1):
+                base = base.parent
+            bases = [base]
+        else:
+            bases = self.roots
+        for base in bases:
+            target = base.joinpath(*parts)
+            candidates = ([target.parent / (target.name + ".py")] if parts else []) + [target / "__init__.py"]
+            for candidate in candidates:
+                if candidate.is_file() and candidate.resolve() != self.script and (
+                        self.top == candidate.resolve() or self.top in candidate.resolve().parents):
+                    return candidate.resolve()
+        return None
+
+    def module(self, path, depth):
+        """The Checker of the project module at `path`, read at import depth `depth`."""
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        if path not in self.read and len(self.read) >= MAX_MODULES:
+            return None
+        self.read.add(path)
+        key = (path, mtime, depth, self.top)  # one Checker per module, whichever script imports it
+        if key in _MODULE_CHECKERS:
+            if _MODULE_CHECKERS[key] is None and path not in self.skipped:
+                self.skipped.append(path)
+            return _MODULE_CHECKERS[key]
+        tree = parse_module(path)
+        checker = None
+        if tree is None:
+            self.skipped.append(path)
+        else:
+            try:
+                checker = Checker(tree, project=self, path=path, depth=depth, module=True)
+            except (RecursionError, ValueError):  # code too deep to walk: out of sight
+                self.skipped.append(path)
+        _MODULE_CHECKERS[key] = checker
+        return checker
+
+    def function(self, module, level, folder, name, depth, hops=0):
+        """(Checker, function) of the function `name` of module `module`; through a package's
+        re-export (`from .misc import save`, `from .misc import *`) too."""
+        key = (module, level, folder, name, depth)
+        if key not in self.found:
+            self.found[key] = None  # a re-export that comes back: nothing
+            self.found[key] = self._function(module, level, folder, name, depth, hops)
+        return self.found[key]
+
+    def _function(self, module, level, folder, name, depth, hops):
+        path = self.find(module, level, folder)
+        checker = self.module(path, depth) if path is not None else None
+        if checker is None:
+            return None
+        found = checker.functions.get(name)
+        if found is not None:
+            return checker, found
+        if hops >= 3:
+            return None
+        entry = checker.imports.get(name)
+        if entry is not None and entry[0] == "from":
+            return self.function(entry[1], entry[3], checker.folder, entry[2], depth, hops + 1)
+        for star_module, star_level in checker.star_imports:
+            found = self.function(star_module, star_level, checker.folder, name, depth, hops + 1)
+            if found is not None:
+                return found
+        return None
+
+    def where(self, path):
+        """A module's path as the reader knows it: from the script's folder."""
+        return os.path.relpath(path, self.script.parent)
+
+
 # ------------------------------------------------------------------------- the checker
 class Checker:
     """The facts of one view of one script, and the rules over them."""
 
-    def __init__(self, tree):
+    def __init__(self, tree, project=None, path=None, depth=0, module=False):
         self.tree = tree
+        self.project, self.depth, self.module = project, depth, module
+        self.path = Path(path) if path else None
+        self.folder = self.path.parent if self.path else None
         self.findings = []
         self.parents = {}
         for node in ast.walk(tree):
@@ -339,6 +487,7 @@ class Checker:
         self.functions = {n.name: n for n in tree.body if isinstance(n, FUNCTION)}
         self.classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         self.aliases = self._aliases()
+        self.imports, self.star_imports = self._imports()
         self._tainted, self._memo = {}, {}
         self.reachable = self._reachable()
         self.nodes = list(self._walk(tree))
@@ -358,7 +507,7 @@ class Checker:
             if isinstance(node, FUNCTION):
                 self.defs.setdefault(self.function_of(node), {})[node.name] = node
         self.ddp_calls = [c for c in self.calls if self.is_ddp_call(c)]
-        self.distributed = self._is_distributed()
+        self.distributed = not module and self._is_distributed()
         self.bindings = self._bindings()
         self.sites = {}  # function -> the calls of it in this file
         for call in self.calls:
@@ -379,6 +528,86 @@ class Checker:
                 for a in node.names:
                     out[a.asname or a.name] = f"{node.module or ''}.{a.name}"
         return out
+
+    def _imports(self):
+        """local name -> ('import', module, None, 0) or ('from', module, name, level), and the
+        modules of `from M import *`: where a call of another file goes (Project.function)."""
+        table, stars = {}, []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    table[a.asname or a.name.split(".")[0]] = ("import", a.name if a.asname else
+                                                               a.name.split(".")[0], None, 0)
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name == "*":
+                        stars.append((node.module or "", node.level))
+                    else:
+                        table[a.asname or a.name] = ("from", node.module or "", a.name, node.level)
+        return table, stars
+
+    def external(self, call):
+        """(Checker, function) of a function of the reader's project that `call` runs: one
+        imported from a module of the project (`from utils import save`, `utils.save(...)`,
+        `from .engine import evaluate`); None for anything else (installed packages, methods
+        of objects, a name bound at run time)."""
+        if self.project is None or self.depth >= MAX_DEPTH:
+            return None
+        key = ("external", call)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None
+        name = dotted(call.func)
+        head, *rest = name.split(".") if name else [""]
+        entry = self.imports.get(head)
+        found = None
+        if entry is not None and self.function_of(call) is not None and not self.shadowed(head, call):
+            kind, module, imported, level = entry
+            if kind == "import" and rest:
+                parts = module.split(".")
+                if module != head:  # import a.b as m: m.f
+                    parts = module.split(".")
+                else:  # import a.b.c: a.b.c.f
+                    parts = [head]
+                full = parts + rest
+                found = self.project.function(".".join(full[:-1]), 0, self.folder, full[-1], self.depth + 1)
+            elif kind == "from" and not rest:
+                found = self.project.function(module, level, self.folder, imported, self.depth + 1)
+            elif kind == "from" and len(rest) >= 1:  # from pkg import mod: mod.f, mod.sub.f
+                sub = ".".join(p for p in [module, imported, *rest[:-1]] if p)
+                found = self.project.function(sub, level, self.folder, rest[-1], self.depth + 1)
+        self._memo[key] = found
+        return found
+
+    def shadowed(self, name, node):
+        """`name` is bound in the function around `node` (a parameter or an assignment), so
+        it is not the imported module or function."""
+        scope = self.function_of(node)
+        if scope is self.tree or isinstance(scope, ast.Lambda):
+            return False
+        return name in self.params(scope) or bool(self.assigned(name, scope)) and any(
+            w is scope for _, w, _ in self._memo["assignments"].get(name, []))
+
+    def resolve(self, call):
+        """(Checker, function) that `call` runs: a function of this file, or of a module of
+        the reader's project; None where the checker cannot see it."""
+        target = self.callee(call)
+        if target is not None:
+            return self, target
+        return self.external(call)
+
+    def helper_name(self, call, checker, function):
+        """`save_model()` for a function of this file; `save_model() (utils/misc.py)` for one
+        of another module of the project."""
+        if checker is self or self.project is None:
+            return f"{function.name}()"
+        return f"{function.name}() ({self.project.where(checker.path)})"
+
+    def at(self, checker, node):
+        """Where `node` is, for a message: 'line 12' here, 'utils/misc.py:12' in a module."""
+        if checker is self or self.project is None or checker.path is None:
+            return f"line {node.lineno}"
+        return f"{self.project.where(checker.path)}:{node.lineno}"
 
     def origin(self, node):
         """The dotted name of `node` with its first part resolved through the imports."""
@@ -401,6 +630,8 @@ class Checker:
         # helpers for another file, which may hold the fix; a file with no function at all is a
         # script whose training loop is at module level, not a library
         self.library = bool(self.functions) and not seen
+        if self.module:
+            return set(self.functions)  # a module of the project: any of its functions may be called
         return seen if seen else set(self.functions)
 
     def _walk(self, node):
@@ -529,8 +760,24 @@ class Checker:
         name = last(call)
         if name == "DistributedDataParallel" or self.origin(call.func).endswith("DistributedDataParallel"):
             return True
-        return bool(re.search(r"(?i)ddp", name)) and not re.search(
-            r"(?i)setup|init|cleanup|destroy|^is_|get_|args|kwargs|config|rank|world|sync|hook|state", name)
+        if bool(re.search(r"(?i)ddp", name)) and not re.search(
+                r"(?i)setup|init|cleanup|destroy|^is_|get_|args|kwargs|config|rank|world|sync|hook|state",
+                name):
+            return True
+        if self.module or not isinstance(self.parents.get(call), (ast.Assign, ast.AnnAssign)):
+            return False  # a module of the project: its own wraps only; a wrap helper's model is kept
+        external = self.external(call)  # a helper of the project that returns the model wrapped in DDP
+        return external is not None and "ddp" in external[0].returns_kinds(external[1])
+
+    def returns_kinds(self, function):
+        """What the function returns, as value_kinds tells it: {'ddp'} for a wrap helper."""
+        key = ("returns_kinds", function)
+        if key not in self._memo:
+            self._memo[key] = set()  # a recursive call: nothing
+            self._memo[key] = {k for node in self.own_nodes(function) if isinstance(node, ast.Return)
+                               and node.value is not None
+                               for k in self.value_kinds(node.value, node.lineno, function)}
+        return self._memo[key]
 
     def _is_distributed(self):
         imports = [n for n in self.nodes if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -541,7 +788,9 @@ class Checker:
                 or bool(names & {"DistributedDataParallel", "distributed", "DistributedSampler"})
                 or bool(self.ddp_calls)
                 or "DistributedDataParallel" in self.attrs or "DistributedSampler" in self.attrs
-                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c)) for c in self.calls))
+                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c)) for c in self.calls)
+                or any(self.external(c) and (self.reaches(c, "is_group_start") or self.factory(c))
+                       for c in self.calls))
 
     # -- what names hold: a DDP wrapper, a compiled model, a sampler ...
     def call_kind(self, call):
@@ -686,6 +935,9 @@ class Checker:
 
     # -- the rank
     def rank_atom(self, node, extra=()):
+        if (isinstance(node, ast.Call) and last(node) in ("get", "getenv") and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in RANK_ENV):
+            return True  # os.environ.get("RANK", "0")
         if isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
             name = last(node)
             return bool(name) and (is_rank_word(name) or name in extra)
@@ -695,9 +947,12 @@ class Checker:
             return isinstance(node.slice.value, str) and is_rank_word(node.slice.value)
         return False
 
-    def depends_on_rank(self, expr, tainted=(), extra=(), loose=False):
-        """Whether `expr`'s value differs by rank. Strict (for branches): a device or a path
-        made from the rank is not a decision on it; loose (for file names): it is."""
+    def depends_on_rank(self, expr, tainted=(), extra=(), loose=False, narrow=False):
+        """Whether `expr`'s value differs by rank. Strict (for guards): a device or a path
+        made from the rank is not a decision on it; loose (for file names): it is. Narrow (for
+        a branch that must not leave ranks behind): a call given the rank (`load(path,
+        rank=rank)`) returns what it returns, the same on every rank unless it says otherwise;
+        only arithmetic and conversions (int, min, torch.tensor, .item()) carry the rank on."""
         todo = [expr]
         while todo:
             node = todo.pop()
@@ -725,6 +980,10 @@ class Checker:
                     continue
                 if isinstance(node.func, ast.Attribute):
                     todo.append(node.func.value)  # the receiver of a method: loss in loss.item()
+                if narrow and last(node) not in CARRY_RANK:
+                    if self.returns_rank(node, tainted):
+                        return True  # samples_at(step, rank): a function whose result is made from the rank
+                    continue
                 todo.extend(node.args)
                 todo.extend(k.value for k in node.keywords)
                 continue
@@ -735,13 +994,46 @@ class Checker:
             todo.extend(ast.iter_child_nodes(node))
         return False
 
-    def tainted(self, scope, loose=False):
+    def returns_rank(self, call, tainted):
+        """A function of this file or of the project, given the rank by `call`, returns a
+        value made from it (narrow taint inside, from the parameters that get the rank)."""
+        resolved = self.resolve(call)
+        if resolved is None:
+            return False
+        checker, function = resolved
+        seeds = frozenset(param for param in checker.params(function)
+                          if (value := checker.passed(function, call, param)) is not None
+                          and value in list(call.args) + [k.value for k in call.keywords]
+                          and self.depends_on_rank(value, tainted, narrow=True))
+        return bool(seeds) and checker.returns_on(function, seeds)
+
+    def returns_on(self, function, seeds):
+        key = ("returns_on", function, seeds)
+        if key not in self._memo:
+            self._memo[key] = False  # a recursive call: no
+            tainted = set(seeds) | self.tainted(function, narrow=True)
+            assigns = [n for n in self.own_nodes(function)
+                       if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None]
+            changed = True
+            while changed:
+                changed = False
+                for node in assigns:
+                    for t in self.targets_of(node, lambda v: self.depends_on_rank(v, tainted, narrow=True)):
+                        if dotted(t) and dotted(t) not in tainted:
+                            tainted.add(dotted(t))
+                            changed = True
+            self._memo[key] = any(isinstance(n, ast.Return) and n.value is not None
+                                  and self.depends_on_rank(n.value, tainted, narrow=True)
+                                  for n in self.own_nodes(function))
+        return self._memo[key]
+
+    def tainted(self, scope, loose=False, narrow=False):
         """Names and attributes in `scope` (and around it) whose value depends on the rank,
         to a fixed point: `args.rank = ...` marks args.rank, not args."""
-        key = (id(scope), loose)
+        key = (id(scope), loose, narrow)
         if key in self._tainted:
             return self._tainted[key]
-        outer = set() if scope is self.tree else self.tainted(self.function_of(scope), loose)
+        outer = set() if scope is self.tree else self.tainted(self.function_of(scope), loose, narrow)
         tainted = set(outer)
         assigns = [
             n
@@ -752,10 +1044,10 @@ class Checker:
         while changed:
             changed = False
             for node in assigns:
-                if not self.depends_on_rank(node.value, tainted, loose=loose):
+                if not self.depends_on_rank(node.value, tainted, loose=loose, narrow=narrow):
                     continue
                 for t in self.targets_of(
-                    node, lambda value: self.depends_on_rank(value, tainted, loose=loose)
+                    node, lambda value: self.depends_on_rank(value, tainted, loose=loose, narrow=narrow)
                 ):
                     name = dotted(t)
                     if name and name not in tainted:
@@ -778,7 +1070,13 @@ class Checker:
         return out
 
     def rank_test(self, test, scope, guard=False):
-        return self.depends_on_rank(test, self.tainted(scope), GUARD_EXTRA if guard else ())
+        """A test on the rank. For a guard (does a save run on rank 0 alone?) any value made
+        with the rank counts; for a branch that may leave ranks out (DDP020), the narrow
+        taint: a helper given the rank (`meta = load(path, rank=rank)`) does not make its
+        result a rank."""
+        if guard:
+            return self.depends_on_rank(test, self.tainted(scope), GUARD_EXTRA)
+        return self.depends_on_rank(test, self.tainted(scope, narrow=True), narrow=True)
 
     def guarded(self, node):
         """Runs on a subset of the ranks: inside a branch on the rank, after an early
@@ -857,10 +1155,11 @@ class Checker:
             re.search(r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)", function.name))
 
     # -- what functions of this file do, followed into the functions they call
-    def _follow(self, function, what, seen=None):
-        """The first node `what(node)` picks in `function` or in a function of this file it
-        calls (outside its own rank branches), as (node, the function that holds it)."""
-        key = (what.__name__, function)
+    def _follow(self, function, what):
+        """The first call that the method named `what` picks in `function`, or in a function
+        of this file or of the project that it calls (outside its own rank branches), as
+        (node, the function that holds it, the Checker of its file)."""
+        key = (what, function)
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = None  # recursion: nothing new
@@ -870,17 +1169,37 @@ class Checker:
         ):
             if not isinstance(node, ast.Call) or self.guarded_within(node, function):
                 continue
-            if what(node):
-                found = (node, function)
+            if getattr(self, what)(node):
+                found = (node, function, self)
                 break
-            target = self.callee(node)
-            if target is not None and target is not function:
-                inner = self._follow(target, what)
+            resolved = self.resolve(node)
+            if resolved is not None and resolved[1] is not function:
+                inner = resolved[0]._follow(resolved[1], what)
                 if inner is not None:
                     found = inner
                     break
         self._memo[key] = found
         return found
+
+    def reaches(self, call, what):
+        """What `_follow` finds in the function that `call` runs (of this file or the project)."""
+        resolved = self.resolve(call)
+        return resolved[0]._follow(resolved[1], what) if resolved is not None else None
+
+    def reaches_collective(self, call):
+        return self.reaches(call, "is_collective") is not None
+
+    @staticmethod
+    def is_group_start(call):
+        return last(call) == "init_process_group"
+
+    @staticmethod
+    def is_set_device(call):
+        return last(call) == "set_device"
+
+    @staticmethod
+    def is_set_epoch(call):
+        return last(call) == "set_epoch"
 
     def is_collective(self, call):
         name = last(call)
@@ -977,6 +1296,9 @@ class Checker:
             )
             if target is not None and any(self.rank_atom(n) for n in ast.walk(target)):
                 return "maybe"
+            external = self.external(expr)
+            if external is not None and any(external[0].rank_atom(n) for n in ast.walk(external[1])):
+                return "maybe"  # a helper of the project that reads the rank may split the data
             if (
                 last(expr) in ("next", "iter")
                 and expr.args
@@ -1094,7 +1416,7 @@ class Checker:
 
     # -- DDP020: a collective on some ranks only
     def performs_collective(self, function):
-        return self._follow(function, self.is_collective)
+        return self._follow(function, "is_collective")
 
     def rule_collective_branch(self):
         for call in self.calls:
@@ -1102,12 +1424,13 @@ class Checker:
             reached = None
             if name in P2P:
                 continue
+            scope = self.function_of(call)
             if not self.is_collective(call):
-                target = self.callee(call)
-                reached = self.performs_collective(target) if target is not None else None
+                if not any(isinstance(a, ast.If) for a in self.between(call, scope)):
+                    continue  # under no branch at all: whatever it calls, every rank calls it
+                reached = self.reaches(call, "is_collective")
                 if reached is None:
                     continue
-            scope = self.function_of(call)
             child = call
             for ancestor in self.ancestors(call):
                 if isinstance(ancestor, SCOPE):
@@ -1127,11 +1450,13 @@ class Checker:
                                 "other ranks never call it, and the ranks that do wait for them",
                             )
                         else:
-                            inner, _ = reached
+                            inner, function, checker = reached
+                            helper = self.resolve(call)
                             self.add(
                                 "DDP020",
                                 call,
-                                f"{name}() calls {last(inner)}() (line {inner.lineno}) only "
+                                f"{self.helper_name(call, *helper)} calls {last(inner)}() "
+                                f"({self.at(checker, inner)}) only "
                                 f"on the ranks where `{test}` holds: the other ranks never call it, and "
                                 "the ranks that do wait for them",
                             )
@@ -1157,27 +1482,214 @@ class Checker:
 
     # -- DDP030: set_epoch
     def samplers(self):
-        return [c for c in self.calls if last(c) == "DistributedSampler"]
+        """DistributedSampler(...) calls, and calls of a helper of the project that builds one
+        and returns it (or a loader on it): `make_data_sampler(ds, shuffle=False, ...)`."""
+        return [c for c in self.calls if last(c) == "DistributedSampler" or self.factory(c)]
+
+    def factory(self, call):
+        """For a call of a project function that returns a DistributedSampler, or a DataLoader
+        on one: (its Checker, the function, the DistributedSampler call inside, 'sampler' or
+        'loader'); None otherwise, or where the call turns the sampler off (`distributed=False`
+        for the parameter the helper tests)."""
+        if last(call) in ("DistributedSampler", "DataLoader"):
+            return None
+        key = ("factory", call)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None
+        external = self.external(call)
+        made = external[0].sampler_made(external[1]) if external is not None else None
+        if made is not None:
+            checker, function = external
+            sampler, kind = made
+            for ancestor in checker.between(sampler, function):  # if distributed: DistributedSampler(...)
+                if not (isinstance(ancestor, (ast.If, ast.IfExp)) and isinstance(ancestor.test, ast.Name)):
+                    continue
+                passed = checker.passed(function, call, ancestor.test.id)
+                if not isinstance(passed, ast.Constant):
+                    continue
+                body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
+                in_body = any(sampler is n for b in body for n in ast.walk(b))
+                if bool(passed.value) != in_body:  # the call takes the other branch
+                    made = None
+                    break
+        self._memo[key] = None if made is None else (*external, *made)
+        return self._memo[key]
+
+    def sampler_made(self, function):
+        """(the DistributedSampler call, 'sampler' or 'loader') that `function` returns: the
+        sampler itself, or a DataLoader built on it."""
+        key = ("sampler_made", function)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None
+        for node in self.own_nodes(function):
+            if not (isinstance(node, ast.Return) and node.value is not None):
+                continue
+            values = [node.value]
+            for name in [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)]:
+                values += [v for v in self.assigned(name, function)]
+            for value in values:
+                for made in ast.walk(value):
+                    if not isinstance(made, ast.Call):
+                        continue
+                    if last(made) == "DistributedSampler" and self.function_of(made) is function:
+                        loader = last(node.value) == "DataLoader" or any(
+                            isinstance(v, ast.Call) and last(v) == "DataLoader"
+                            for v in values if v is not made)
+                        self._memo[key] = (made, "loader" if loader else "sampler")
+                        return self._memo[key]
+                    if last(made) == "DataLoader":
+                        inner = keyword(made, "sampler")
+                        for sampler in [inner] + (self.assigned(inner.id, function)
+                                                  if isinstance(inner, ast.Name) else []):
+                            found = next((c for c in ast.walk(sampler) if isinstance(c, ast.Call)
+                                          and last(c) == "DistributedSampler"), None) if sampler else None
+                            if found is not None:
+                                self._memo[key] = (found, "loader")
+                                return self._memo[key]
+        return None
+
+    def passed(self, function, call, name):
+        """The value a call gives the parameter `name` of `function`: an argument, a keyword,
+        or the parameter's default; None if none."""
+        params = self.params(function)
+        if name not in params:
+            return None
+        value = keyword(call, name)
+        if value is not None:
+            return value
+        index = params.index(name) - (1 if params[:1] in (["self"], ["cls"]) else 0)
+        if 0 <= index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+            return call.args[index]
+        args = function.args
+        positional = args.posonlyargs + args.args
+        if name in [a.arg for a in positional]:
+            at = [a.arg for a in positional].index(name) - (len(positional) - len(args.defaults))
+            return args.defaults[at] if at >= 0 else None
+        at = [a.arg for a in args.kwonlyargs].index(name)
+        return args.kw_defaults[at]
+
+    def sampler_option(self, call, name, index):
+        """The `shuffle` or `drop_last` a sampler gets: of the call itself, or, for a helper
+        that builds it, the value the helper passes (one of its parameters: what this call
+        gives it). None: the sampler's default."""
+        made = self.factory(call)
+        if made is None:
+            return call.args[index] if len(call.args) > index else keyword(call, name)
+        checker, function, sampler, _ = made
+        value = sampler.args[index] if len(sampler.args) > index else keyword(sampler, name)
+        if isinstance(value, ast.Name) and value.id in checker.params(function):
+            return checker.passed(function, call, value.id)
+        return value
+
+    def sampler_word(self, call):
+        """How a message names the sampler: 'DistributedSampler', or the helper that builds it."""
+        made = self.factory(call)
+        if made is None:
+            return "DistributedSampler"
+        checker, function, _, kind = made
+        helper = self.helper_name(call, checker, function)
+        return (f"the DistributedSampler of the loader that {helper} returns" if kind == "loader"
+                else f"the DistributedSampler that {helper} returns")
+
+    def epoch_loop(self):
+        """A loop over epochs in the file: a loop variable named epoch..., or a range of ...epochs."""
+        if "epoch_loop" not in self._memo:
+            self._memo["epoch_loop"] = any(isinstance(n, ast.For) and (
+                any(isinstance(t, ast.Name) and "epoch" in t.id.lower() for t in ast.walk(n.target))
+                or any(isinstance(t, (ast.Name, ast.Attribute)) and "epoch" in last(t).lower()
+                       for t in ast.walk(n.iter))) for n in self.nodes)
+        return self._memo["epoch_loop"]
 
     def rule_set_epoch(self):
-        epoch_loop = any(isinstance(n, ast.For) and (  # for epoch in ...: or for ep in range(args.epochs):
-            any(isinstance(t, ast.Name) and "epoch" in t.id.lower() for t in ast.walk(n.target))
-            or any(isinstance(t, (ast.Name, ast.Attribute)) and "epoch" in last(t).lower()
-                   for t in ast.walk(n.iter))) for n in self.nodes)
-        if "set_epoch" in self.attrs or not epoch_loop or self.library:
-            return  # set_epoch called, or no epoch loop: one pass, nothing to reshuffle
+        if "set_epoch" in self.attrs or self.library:
+            return  # set_epoch called: the fix is there
         for call in self.samplers():
-            shuffle = keyword(call, "shuffle")
-            if len(call.args) >= 4:
-                shuffle = call.args[3]
+            shuffle = self.sampler_option(call, "shuffle", 3)
             if shuffle is not None and is_false(shuffle):
                 continue  # no shuffle: the epoch changes nothing
             if self.handed_elsewhere(call):
                 continue  # given to a function of another file, which may call set_epoch
             if self.evaluated(call) == "yes":
                 continue  # an evaluation's sampler: its order changes nothing (DDP031 has it)
-            self.add("DDP030", call, "DistributedSampler shuffles, but set_epoch() is never called: every "
-                     "epoch draws the same order; call sampler.set_epoch(epoch) at the start of each epoch")
+            if self.epoch_loop():
+                self.add("DDP030", call, f"{self.sampler_word(call)} shuffles, but set_epoch() is never "
+                         "called: every epoch draws the same order; call sampler.set_epoch(epoch) at the "
+                         "start of each epoch")
+                continue
+            again = self.reread(call)
+            if again is not None:
+                self.add("DDP030", call, f"{self.sampler_word(call)} shuffles, but set_epoch() is never "
+                         f"called, and its loader is read again and again ({again}): every pass draws the "
+                         "same order; call sampler.set_epoch(n) before each pass, n the pass's number")
+
+    def reread(self, sampler_call):
+        """How a loader on this sampler is read more than once, in words; None if it is not:
+        iterated (or iter()'d) inside another loop, or given to a function (of the file or
+        the project) that iterates it inside a loop, as an endless generator does
+        (`while True: for batch in loader: yield batch`)."""
+        loaders = self.loaders_on(sampler_call)
+        names = self.holders(sampler_call) | {name for c in loaders for name in self.holders(c)}
+        for loader in loaders:  # forever(DataLoader(data, sampler=sampler)): the loader given on
+            holder = self.parents.get(loader)
+            if isinstance(holder, ast.Call) and loader in holder.args:
+                found = self.given_to_reader(holder, holder.args.index(loader))
+                if found:
+                    return found
+        if not names:
+            return None
+        for node in self.nodes:
+            read = None
+            if isinstance(node, (ast.For, ast.comprehension)):
+                read = unwrap_iter(node.iter)
+            elif isinstance(node, ast.Call) and last(node) == "iter" and node.args:
+                read = node.args[0]
+            elif isinstance(node, ast.YieldFrom):
+                read = node.value
+            if isinstance(read, ast.Name) and read.id in names:
+                around = self.loop_of(node if not isinstance(node, ast.comprehension) else self.parents[node])
+                if around is not None and self.function_of(around) is self.function_of(node):
+                    line = node.lineno if hasattr(node, "lineno") else around.lineno
+                    return f"line {line}, inside the loop of line {around.lineno}"
+            if not isinstance(node, ast.Call):
+                continue
+            for i, arg in enumerate(node.args):
+                if isinstance(arg, ast.Name) and arg.id in names:
+                    found = self.given_to_reader(node, i)
+                    if found:
+                        return found
+        return None
+
+    def given_to_reader(self, call, index):
+        """In words, if the function `call` runs (of the file or the project) reads its
+        argument number `index` in a loop of its own; None if not."""
+        resolved = self.resolve(call)
+        if resolved is None:
+            return None
+        checker, function = resolved
+        params = checker.params(function)
+        shift = 1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0
+        if index + shift < len(params) and checker.reads_repeatedly(function, params[index + shift]):
+            helper = self.helper_name(call, checker, function)
+            return f"{helper}, called at line {call.lineno}, reads it in a loop"
+        return None
+
+    def reads_repeatedly(self, function, name):
+        """`function` iterates its parameter `name` inside a loop of its own."""
+        for node in self.own_nodes(function):
+            read = None
+            if isinstance(node, ast.For):
+                read = unwrap_iter(node.iter)
+            elif isinstance(node, ast.Call) and last(node) == "iter" and node.args:
+                read = node.args[0]
+            elif isinstance(node, ast.YieldFrom):
+                read = node.value
+            if isinstance(read, ast.Name) and read.id == name:
+                around = self.loop_of(node)
+                if around is not None and self.function_of(around) is function:
+                    return True
+        return False
 
     def holders(self, made):
         """Names that hold `made` (a call) or what is built on it: a loader on a sampler, a
@@ -1228,6 +1740,8 @@ class Checker:
                     continue  # len(loader), enumerate(loader): no set_epoch in them
                 if isinstance(call.func, ast.Attribute) and call.func.attr in self.methods:
                     continue
+                if self.external(call) is not None and not self.reaches(call, "is_set_epoch"):
+                    continue  # a function of the project, in sight: it does not call set_epoch
                 handed |= {
                     v.id
                     for v in list(call.args) + [k.value for k in call.keywords]
@@ -1238,7 +1752,11 @@ class Checker:
 
     # -- DDP031: an evaluation through a padding sampler
     def loaders_on(self, sampler_call):
-        """The DataLoader calls built on a sampler (a name, inline, or through a BatchSampler)."""
+        """The DataLoader calls built on a sampler (a name, inline, or through a BatchSampler);
+        for a helper that returns a loader on one, the call itself."""
+        made = self.factory(sampler_call)
+        if made is not None and made[3] == "loader":
+            return [sampler_call]
         holder = self.parents.get(sampler_call)
         if isinstance(holder, ast.keyword) and isinstance(self.parents.get(holder), ast.Call):
             outer = self.parents[holder]
@@ -1257,7 +1775,9 @@ class Checker:
 
     def reads_under_no_grad(self, name, scope, strict, depth=0):
         """`name` (a loader) is iterated under no_grad in `scope`, or in a function of this
-        file it is passed to: 'yes'; passed to an evaluate()/validate() of another file: 'note'."""
+        file or of the project it is passed to: 'yes' ('id' where that function keeps its
+        results by sample id, dropping repeats); passed to an evaluate()/validate() out of
+        sight: 'note'."""
         verdict = None
         for node in self.by_scope.get(scope, []):
             if isinstance(node, (ast.For, ast.comprehension)) and any(
@@ -1272,22 +1792,46 @@ class Checker:
                 )
             ):
                 continue
-            target = self.callee(node)
-            if target is not None and depth < 3:
-                params = self.params(target)
+            resolved = self.resolve(node)
+            if resolved is not None and depth < 3:
+                checker, target = resolved
+                params = checker.params(target)
                 shift = 1 if params[:1] in (["self"], ["cls"]) and isinstance(node.func, ast.Attribute) else 0
-                for i, a in enumerate(node.args):
-                    if isinstance(a, ast.Name) and a.id == name and i + shift < len(params):
-                        strict_here = strict and not any(last(d) in NO_GRAD for d in target.decorator_list)
-                        if (
-                            self.reads_under_no_grad(params[i + shift], target, strict_here, depth + 1)
-                            == "yes"
-                        ):
-                            return "yes"
-            elif target is None and re.search(r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)",
-                                              last(node)):
+                given = [params[i + shift] for i, a in enumerate(node.args)
+                         if isinstance(a, ast.Name) and a.id == name and i + shift < len(params)]
+                given += [k.arg for k in node.keywords if isinstance(k.value, ast.Name) and k.value.id == name
+                          and k.arg in params]
+                for param in given:
+                    strict_here = strict and not any(last(d) in NO_GRAD for d in target.decorator_list)
+                    inner = checker.reads_under_no_grad(param, target, strict_here, depth + 1)
+                    if inner == "yes" and checker is not self and checker.keyed_by_id(target):
+                        inner = "id"
+                    if inner == "yes":
+                        return "yes"
+                    verdict = inner or verdict
+            elif resolved is None and re.search(
+                    r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)", last(node)):
                 verdict = "note"
         return verdict
+
+    def keyed_by_id(self, function):
+        """`function` keeps results by sample id (`{target["image_id"]: output ...}`,
+        `results[idx] = ...`): a repeated sample overwrites its first result."""
+        for node in self.own_nodes(function):
+            keys = []
+            if isinstance(node, ast.DictComp):
+                keys = [node.key]
+            elif isinstance(node, ast.Dict):
+                keys = [k for k in node.keys if k is not None and not isinstance(k, ast.Constant)]
+            elif isinstance(node, ast.Assign):
+                keys = [t.slice for t in node.targets if isinstance(t, ast.Subscript)]
+            for key in keys:
+                for n in ast.walk(key):
+                    word = last(n) if isinstance(n, (ast.Name, ast.Attribute)) else (
+                        n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else "")
+                    if re.search(r"(?i)(^|_)(ids?|idx|index|indices|uid)$", word):
+                        return True
+        return False
 
     def evaluated(self, sampler_call):
         """'yes': a loader on this sampler is read under no_grad (here or in a function of this
@@ -1295,9 +1839,7 @@ class Checker:
         key = ("evaluated", sampler_call)
         if key in self._memo:
             return self._memo[key]
-        shuffle = keyword(sampler_call, "shuffle")
-        if len(sampler_call.args) >= 4:
-            shuffle = sampler_call.args[3]
+        shuffle = self.sampler_option(sampler_call, "shuffle", 3)
         strict = not (shuffle is not None and is_false(shuffle))  # a shuffling sampler: no_grad proper
         verdict = None
         for loader_call in self.loaders_on(sampler_call):
@@ -1310,20 +1852,27 @@ class Checker:
                 found = self.reads_under_no_grad(holder.targets[0].id, self.function_of(holder), strict)
             else:
                 found = None
-            verdict = found if found == "yes" else verdict or found
+            verdict = found if found == "yes" else verdict if verdict in ("id", "yes") else found or verdict
         self._memo[key] = verdict
         return verdict
 
     def rule_padded_eval(self):
         for call in self.samplers():
-            drop_last = keyword(call, "drop_last")
+            drop_last = self.sampler_option(call, "drop_last", 5)
             if drop_last is not None and not is_false(drop_last):
                 continue
             verdict = self.evaluated(call)
+            sampler = self.sampler_word(call)
+            if sampler == "DistributedSampler":
+                sampler = "an evaluation loader's DistributedSampler"
             if verdict == "yes":
-                self.add("DDP031", call, "an evaluation loader's DistributedSampler pads the shards with "
+                self.add("DDP031", call, f"{sampler} pads the shards with "
                          "repeated samples: they are counted twice; give rank r the samples "
                          "range(r, N, world_size), or evaluate on rank 0 alone")
+            elif verdict == "id":
+                self.add("DDP031", call, f"{sampler} pads the shards with repeated samples; the "
+                         "evaluation that reads it keeps its results by sample id, which drops the repeats "
+                         "if the id is the sample's own: check it does", "note")
             elif verdict == "note":
                 self.add("DDP031", call, "this DistributedSampler's loader goes to an evaluation of another "
                          "file: the sampler pads the shards with repeated samples, counted twice unless that "
@@ -1421,24 +1970,32 @@ class Checker:
                         found += self.state_values(value, scope, value.lineno, depth + 1)
         return found
 
-    def saver(self, function):
-        """In a function of this file: the torch.save it runs on whoever calls it (not under a
-        rank test of its own), if what it saves comes from its parameters."""
+    def saver(self, function, depth=0):
+        """In a function of this file (or of the project): the torch.save it runs on whoever
+        calls it (not under a rank test of its own), if what it saves comes from its
+        parameters; or that a function it calls so runs. As (node, its Checker)."""
         key = ("saver", function)
         if key not in self._memo:
             self._memo[key] = None
             params = set(self.params(function))
-            for node in self.own_nodes(function):
+            for node in sorted((n for n in self.own_nodes(function) if isinstance(n, ast.Call)),
+                               key=lambda n: (n.lineno, n.col_offset)):
+                if self.guarded_within(node, function):
+                    continue
                 if (
-                    isinstance(node, ast.Call)
-                    and self.origin(node.func) in ("torch.save", "save")
+                    self.origin(node.func) in ("torch.save", "save")
                     and node.args
-                    and not self.guarded_within(node, function)
                     and not self.per_rank_path(node)
                     and any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(node.args[0]))
                 ):
-                    self._memo[key] = node
+                    self._memo[key] = (node, self)
                     break
+                resolved = self.resolve(node) if self.module and depth < 2 else None
+                if resolved is not None and resolved[1] is not function and not self.per_rank_path(node):
+                    inner = resolved[0].saver(resolved[1], depth + 1)
+                    if inner is not None:
+                        self._memo[key] = inner
+                        break
         return self._memo[key]
 
     def per_rank_path(self, call, index=1, name="f"):
@@ -1493,9 +2050,18 @@ class Checker:
             or any("fsdp" in module for module in self.modules)
         for call in self.calls:
             name = self.origin(call.func)
+            scope = self.function_of(call)
+            external = self.external(call) if self.callee(call) is None else None
+            if external is not None and external[0].saver(external[1]) is not None \
+                    and not self.guarded(call) and not any(
+                        self.depends_on_rank(a, self.tainted(scope, loose=True), loose=True)
+                        for a in list(call.args) + [k.value for k in call.keywords] if is_path(a)):
+                inner, checker = external[0].saver(external[1])
+                self.add("DDP040", call, f"{self.helper_name(call, *external)} runs torch.save "
+                         f"({self.at(checker, inner)}) on every rank: N processes write the same file; "
+                         "call it on rank 0 alone (if rank == 0:), then dist.barrier()")
             if "save" not in last(call).lower() or name.startswith(("dcp.", "torch.distributed.checkpoint")):
                 continue
-            scope = self.function_of(call)
             saved = [
                 v
                 for arg in call.args[:1] + [k.value for k in call.keywords if k.arg in ("obj", "state")]
@@ -1531,7 +2097,7 @@ class Checker:
                 self.add(
                     "DDP040",
                     call,
-                    f"{last(call)}() runs torch.save (line {helper.lineno}) on every rank: N "
+                    f"{last(call)}() runs torch.save (line {helper[0].lineno}) on every rank: N "
                     "processes write the same file; call it on rank 0 alone (if rank == 0:), then "
                     "dist.barrier()",
                 )
@@ -1602,8 +2168,7 @@ class Checker:
                 continue
             if not backwards:
                 continue
-            steps = [c for c in calls if self.is_optimizer_step(c) or (
-                self.callee(c) is not None and self._follow(self.callee(c), self.is_optimizer_step))]
+            steps = [c for c in calls if self.is_optimizer_step(c) or self.reaches(c, "is_optimizer_step")]
             if steps:
                 accumulating = all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
                                        for a in self.between(s, loop)) for s in steps)
@@ -1732,63 +2297,149 @@ class Checker:
             node = default if default is not None else node
         return node if isinstance(node, ast.Constant) else None
 
-    def rule_port(self):
-        for node in self.nodes:
+    def port_settings(self, function=None):
+        """Where this file (or `function`, and the functions of its module it calls) sets the
+        rendezvous port: (node, the value, 'env' or 'init', falls back to the launcher's):
+        `os.environ["MASTER_PORT"] = ...` ('env'; under an `if "MASTER_PORT" not in os.environ`,
+        a fallback), `os.environ.setdefault("MASTER_PORT", ...)` (a fallback), and
+        init_process_group(init_method=...)."""
+        key = ("ports", function)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = []
+        nodes = self.nodes if function is None else self.own_nodes(function)
+        found = []
+        for node in nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
                     and t.slice.value == "MASTER_PORT" for t in node.targets):
-                value = self.constant_value(node.value, self.function_of(node))
-                if value is not None and str(value.value).isdigit():
-                    self.add(
-                        "DDP130",
-                        node,
-                        "MASTER_PORT set to a fixed number: a second job on this node "
-                        "fails with 'address already in use'; leave it to the launcher or derive it from "
-                        "the job id",
-                    )
-            if isinstance(node, ast.Call) and last(node) == "setdefault" and len(node.args) == 2 \
+                found.append((node, node.value, "env", self.defers_to_launcher(node)))
+            elif isinstance(node, ast.Call) and last(node) == "setdefault" and len(node.args) == 2 \
                     and isinstance(node.args[0], ast.Constant) and node.args[0].value == "MASTER_PORT":
-                value = self.constant_value(node.args[1], self.function_of(node))
-                if value is not None and str(value.value).isdigit():
-                    self.add("DDP130", node, "MASTER_PORT defaults to a fixed number: a second job on this "
-                             "node fails with 'address already in use'; derive it from the job id")
-            if isinstance(node, ast.Call) and last(node) == "init_process_group":
-                method = keyword(node, "init_method")
-                reported = set()
-                for text, where in (
-                    self.url_values(method, self.function_of(node)) if method is not None else []
-                ):
-                    if not re.search(r"^tcp://.*:\d+/?$", text) or id(where) in reported:
-                        continue
-                    reported.add(id(where))
-                    through = "" if where is method else f" (through {ast.unparse(method)})"
-                    self.add(
-                        "DDP130",
-                        node if where is method else where,
-                        f"init_method {text!r}{through}: a fixed port, so a second job on this node "
-                        "collides; let the launcher set MASTER_ADDR and MASTER_PORT (init_method='env://')",
-                    )
+                found.append((node, node.args[1], "env", True))
+            elif isinstance(node, ast.Call) and last(node) == "init_process_group" \
+                    and keyword(node, "init_method") is not None:
+                found.append((node, keyword(node, "init_method"), "init", self.defers_to_launcher(node)))
+            elif function is not None and isinstance(node, ast.Call) \
+                    and not self.guarded_within(node, function):
+                target = self.callee(node)  # a function of the same module that the helper calls
+                if target is not None and target is not function:
+                    found += [(where, value, kind, fallback or self.defers_to_launcher(node))
+                              for where, value, kind, fallback in self.port_settings(target)]
+        self._memo[key] = found
+        return found
 
-    def url_values(self, expr, scope, depth=0):
+    def defers_to_launcher(self, node):
+        """Under a test that reads MASTER_PORT (`if "MASTER_PORT" not in os.environ:`): this
+        code runs only where the launcher set no port."""
+        return any(isinstance(a, (ast.If, ast.IfExp)) and any(
+            isinstance(n, ast.Constant) and n.value == "MASTER_PORT" for n in ast.walk(a.test))
+            for a in self.ancestors(node))
+
+    def fixed_ports(self, value, kind, scope, passed=None):
+        """(text, the node that fixes it, a fallback) for each fixed port `value` may hold: a
+        number for MASTER_PORT, a tcp:// URL with a number for init_method. A number given as
+        the default of `os.environ.get("MASTER_PORT", ...)` is a fallback."""
+        out = []
+        for text, where in self.url_values(value, scope, passed=passed):
+            fixed = text.isdigit() if kind == "env" else bool(re.search(r"^tcp://.*:\d+/?$", text))
+            if fixed:
+                out.append((text, where, self.env_default(where)))
+        return out
+
+    @staticmethod
+    def env_default(node):
+        """`node` is marked as the default of an environment read (url_values marks it)."""
+        return getattr(node, "_env_default", False)
+
+    def rule_port(self):
+        fallback_note = ("where the launcher set none: torchrun always sets one, so under torchrun this "
+                         "never runs; under mpiexec, srun or a launch of your own, two jobs on one node "
+                         "want the same port: derive it from the job id")
+        reported = set()
+        for node, value, kind, defers in self.port_settings():
+            scope = self.function_of(node)
+            for text, where, env_default in self.fixed_ports(value, kind, scope):
+                fallback = defers or env_default
+                at = node if kind == "env" or where is value else where
+                if (id(at), kind) in reported:
+                    continue
+                reported.add((id(at), kind))
+                if kind == "env" and fallback:
+                    self.add("DDP130", at, f"MASTER_PORT falls back to {text} {fallback_note}", "note")
+                elif kind == "env":
+                    self.add("DDP130", at, "MASTER_PORT set to a fixed number: a second job on this node "
+                             "fails with 'address already in use'; leave it to the launcher or derive it "
+                             "from the job id")
+                else:
+                    through = "" if where is value else f" (through {ast.unparse(value)})"
+                    self.add("DDP130", at, f"init_method {text!r}{through}: a fixed port, so a second job on "
+                             "this node collides; let the launcher set MASTER_ADDR and MASTER_PORT "
+                             "(init_method='env://')", "note" if fallback else None)
+        for call in self.calls:  # a helper of the project that starts the group: setup_dist(args)
+            external = self.external(call)
+            if external is None:
+                continue
+            checker, function = external
+            passed = {param: (self, value, self.function_of(call)) for param in checker.params(function)
+                      if (value := checker.passed(function, call, param)) is not None and value in
+                      list(call.args) + [k.value for k in call.keywords]}
+            for node, value, kind, defers in checker.port_settings(function):
+                for text, where, env_default in checker.fixed_ports(value, kind, function, passed):
+                    here = where in self.parents  # the number is in this file: an option's default
+                    at = where if here else call
+                    if (id(at), kind) in reported:
+                        continue
+                    reported.add((id(at), kind))
+                    what = "MASTER_PORT" if kind == "env" else "init_method"
+                    helper = f"{function.name}() ({self.at(checker, node)})"
+                    if defers or env_default:
+                        self.add("DDP130", at, f"{helper} sets {what} to {text} {fallback_note}", "note")
+                    else:
+                        self.add("DDP130", at, f"{helper} sets {what} to {text}"
+                                 + (", given here" if here else "") + ": a fixed port, so a second job on "
+                                 "this node collides; leave it to the launcher, or derive it from the job id")
+
+    def url_values(self, expr, scope, depth=0, passed=None):
         """The strings `expr` may hold, as (text, the node that gives its end): constants,
-        f-strings and + of them, names and attributes assigned them, an option's default;
-        '{?}' for a part that is not a constant."""
+        f-strings and + of them, names and attributes assigned them, an option's default,
+        the default of an environment read (`os.environ.get("MASTER_PORT", "29500")`, marked
+        as such); '{?}' for a part that is not a constant. `passed`: for a function of the
+        project, {parameter: (the caller's Checker, the argument, the caller's scope)}, so
+        that `args.port` inside it is the caller's option."""
         if expr is None or depth > 8:
             return []
         if isinstance(expr, ast.Constant) and isinstance(expr.value, (str, int)):
             return [(str(expr.value), expr)]
         if isinstance(expr, ast.Call) and last(expr) in ("str", "int") and expr.args:
-            return self.url_values(expr.args[0], scope, depth + 1)
+            return self.url_values(expr.args[0], scope, depth + 1, passed)
+        if isinstance(expr, ast.Call) and last(expr) in ("get", "getenv") and expr.args \
+                and isinstance(expr.args[0], ast.Constant) and isinstance(expr.args[0].value, str):
+            default = expr.args[1] if len(expr.args) > 1 else keyword(expr, "default")
+            found = self.url_values(default, scope, depth + 1, passed)
+            for _, where in found:
+                where._env_default = True  # used only where the environment has no value
+            return found
         if isinstance(expr, (ast.IfExp, ast.BoolOp)):  # either branch may be the one
             branches = [expr.body, expr.orelse] if isinstance(expr, ast.IfExp) else expr.values
-            return [found for branch in branches for found in self.url_values(branch, scope, depth + 1)][:8]
+            return [found for branch in branches
+                    for found in self.url_values(branch, scope, depth + 1, passed)][:8]
+        if passed and isinstance(expr, ast.Name) and expr.id in passed:
+            caller, value, where = passed[expr.id]
+            return caller.url_values(value, where, depth + 1)
+        if passed and isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
+                and expr.value.id in passed:  # args.port inside setup_dist(args): the caller's args.port
+            caller, value, where = passed[expr.value.id]
+            moved = ast.Attribute(value=value, attr=expr.attr, ctx=ast.Load())
+            return caller.url_values(moved, where, depth + 1) if dotted(moved) else []
         parts = None
         if isinstance(expr, ast.JoinedStr):
             parts = [[(str(v.value), v)] if isinstance(v, ast.Constant) else (
-                self.url_values(v.value, scope, depth + 1) or [("{?}", v)]) for v in expr.values]
+                self.url_values(v.value, scope, depth + 1, passed) or [("{?}", v)]) for v in expr.values]
         elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
             parts = [
-                self.url_values(side, scope, depth + 1) or [("{?}", side)] for side in (expr.left, expr.right)
+                self.url_values(side, scope, depth + 1, passed) or [("{?}", side)]
+                for side in (expr.left, expr.right)
             ]
         if parts is not None:
             combined = [("", expr)]
@@ -1799,7 +2450,7 @@ class Checker:
         found = []
         if isinstance(expr, ast.Name):
             for value in self.assigned(expr.id, scope):
-                found += self.url_values(value, scope, depth + 1)
+                found += self.url_values(value, scope, depth + 1, passed)
         if isinstance(expr, ast.Attribute) and dotted(expr):  # args.dist_url = ...: set anywhere, read here
             self.assigned(dotted(expr), scope)  # builds the table
             for value, where, _ in self._memo["assignments"].get(dotted(expr), []):
@@ -1809,7 +2460,8 @@ class Checker:
         return found[:8]
 
     def rule_nccl_device(self):
-        if any(last(c) == "set_device" for c in self.calls) or self.library:
+        if any(last(c) == "set_device" for c in self.calls) or self.library or any(
+                self.external(c) and self.reaches(c, "is_set_device") for c in self.calls):
             return  # set before the first collective, or after init_process_group: either works
         for call in self.calls:
             if last(call) != "init_process_group":  # device_id= binds the group, not the current GPU
@@ -2087,19 +2739,110 @@ class Checker:
 
     # -- DDP191: a loop left on a rank-local value
     def synced(self, scope):
-        """Names a collective made the same on every rank (all_reduce'd, broadcast, gathered),
+        """Names a collective made the same on every rank (all_reduce'd, broadcast, gathered;
+        the receiver of a `.synchronize_between_processes()`, the result of a `reduce_dict()`),
         and the names computed from them."""
+        key = ("synced", scope)
+        if key in self._memo:
+            return self._memo[key]
         seeds = set()
         for scope_here in self.enclosing(scope):
-            for call in self.by_scope.get(scope_here, []):
-                if (
-                    isinstance(call, ast.Call)
-                    and self.is_collective(call)
-                    and call.args
-                    and dotted(call.args[0])
-                ):
-                    seeds.add(dotted(call.args[0]))
-        return self.flowing(seeds, scope)
+            for node in self.by_scope.get(scope_here, []):
+                if not isinstance(node, ast.Call):
+                    continue
+                if self.is_collective(node) and node.args and dotted(node.args[0]):
+                    seeds.add(dotted(node.args[0]))
+                elif SYNC_CALL.search(last(node)) and isinstance(node.func, ast.Attribute) \
+                        and dotted(node.func.value) and not self.is_collective(node):
+                    seeds.add(dotted(node.func.value))  # metric_logger.synchronize_between_processes()
+                holder = self.parents.get(node)
+                if SYNC_CALL.search(last(node)) and isinstance(holder, ast.Assign) and holder.value is node:
+                    seeds |= {dotted(t) for t in holder.targets if dotted(t)}  # reduced = reduce_dict(d)
+        self._memo[key] = self.flowing(seeds, scope)
+        return self._memo[key]
+
+    def local_in(self, expr, scope, local, synced):
+        """What in `expr` makes it a value this rank computed alone, or None: a name of
+        `local`, a loss or metric computed here (criterion(out, y), accuracy(...)), the
+        model's output, or a function of the project whose return is such a value. A value
+        that mentions a synced name is the same on every rank."""
+        names = {dotted(n) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))}
+        if names & synced:
+            return None
+        for node in ast.walk(expr):
+            if isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in local:
+                return dotted(node)
+            if isinstance(node, ast.Attribute) and dotted(node.value) in local:
+                return dotted(node)  # stopper.early_stop, after stopper(val_loss)
+            if not isinstance(node, ast.Call) or self.is_collective(node):
+                continue
+            name = last(node)
+            if name and not name[:1].isupper() and LOCAL_CALL.search(name) and not SYNC_CALL.search(name):
+                return f"{name}(...)"
+            func = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "forward" \
+                else node.func
+            if isinstance(func, (ast.Name, ast.Attribute)) and (
+                    MODEL_NAME.search(last(func))
+                    or self.kinds_of(func, node.lineno, scope) & {"ddp", "compile"}):
+                return f"{ast.unparse(func)}(...)"
+            resolved = self.resolve(node)
+            if resolved is not None and resolved[0].returns_local(resolved[1]):
+                return f"{name}(...)"
+        return None
+
+    def rank_local(self, scope):
+        """Names of `scope` that hold a value this rank computed alone (see local_in), and
+        what is computed from them, to a fixed point: also a value set under a test on one
+        (`bad_epochs += 1` in the `else` of `if val_loss < best:`), and an object given one
+        (`stopper(val_loss)`: then `stopper.early_stop`). Not the names a collective made equal."""
+        key = ("local", scope)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = set()  # a recursive call: nothing yet
+        synced, local = self.synced(scope), set()
+        own = self.by_scope.get(scope, [])
+        assigns = [n for n in own if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                   and n.value is not None]
+        statements = [n for n in own if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        changed = True
+        while changed:
+            changed = False
+            for node in assigns:
+                tests = [a.test for a in self.between(node, scope) if isinstance(a, (ast.If, ast.While))]
+                implicit = any(self.local_in(test, scope, local, synced) for test in tests)
+
+                def made_here(value, implicit=implicit):
+                    return implicit or self.local_in(value, scope, local, synced)
+
+                for t in self.targets_of(node, made_here):
+                    name = dotted(t) or dotted(getattr(t, "value", None))  # best[0] = ...: best
+                    if name and name not in local and name not in synced:
+                        local.add(name)
+                        changed = True
+            for node in statements:  # stopper(val_loss), stopper.update(val_loss)
+                call = node.value
+                owner = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+                name = dotted(owner)
+                if name and name not in local and name not in synced and any(
+                        self.local_in(a, scope, local, synced)
+                        for a in list(call.args) + [k.value for k in call.keywords]):
+                    local.add(name)
+                    changed = True
+        self._memo[key] = local
+        return local
+
+    def returns_local(self, function):
+        """The function returns a value its rank computed alone (a loss on its own data, not
+        all-reduced), as rank_local tells it inside the function."""
+        key = ("returns_local", function)
+        if key not in self._memo:
+            self._memo[key] = False  # a recursive call: no
+            local, synced = self.rank_local(function), self.synced(function)
+            self._memo[key] = any(
+                isinstance(node, ast.Return) and node.value is not None
+                and self.local_in(node.value, function, local, synced) is not None
+                for node in self.own_nodes(function))
+        return self._memo[key]
 
     def rule_local_exit(self):
         for loop in self.nodes:
@@ -2108,48 +2851,38 @@ class Checker:
             scope = self.function_of(loop)
             inside = [n for s in loop.body for n in ast.walk(s) if self.function_of(n) is scope]
             calls = [c for c in inside if isinstance(c, ast.Call)]
-            if not any(self.is_collective(c) or (self.ddp_calls and self.is_backward(c)) or (
-                    self.callee(c) is not None and self.performs_collective(self.callee(c))) for c in calls):
+            if not any(self.is_collective(c) or (self.ddp_calls and self.is_backward(c))
+                       or self.reaches_collective(c) for c in calls):
                 continue  # no collective in it: a rank that leaves early strands no one
             exits = [n for n in inside if (isinstance(n, ast.Break) and self.loop_of(n) is loop)
                      or isinstance(n, ast.Return)]
             if not exits:
                 continue
             synced = self.synced(scope)
-            local = self.flowing(
-                {
-                    dotted(n)
-                    for n in ast.walk(loop)
-                    if isinstance(n, (ast.Name, ast.Attribute))
-                    and dotted(n)
-                    and LOCAL_DECISION.search(last(n))
-                },
-                scope,
-            )
+            local = None
             for node in exits:
                 tests = [a.test for a in self.between(node, loop) if isinstance(a, (ast.If, ast.While))]
-                if not tests:
-                    continue
                 names = {
                     dotted(n) for t in tests for n in ast.walk(t) if isinstance(n, (ast.Name, ast.Attribute))
                 }
-                names.discard("")
-                if names & synced:
+                if not tests or (names - {""}) & synced:
                     continue
-                on_rank = next((t for t in tests if self.depends_on_rank(t)), None)  # the rank itself
-                tainted = self.tainted(scope)
-                deciding = sorted(n for n in names if n in local or n in tainted)
+                on_rank = next((t for t in tests if self.rank_test(t, scope)), None)  # the rank itself
                 exit_word = "break" if isinstance(node, ast.Break) else "return"
                 if on_rank is not None:
                     self.add("DDP191", node, f"this {exit_word} leaves the loop only on the ranks where "
                              f"`{ast.unparse(on_rank)}` holds: the ranks that stay wait in the loop's next "
                              "collective for the ones that left; decide on every rank alike (broadcast the "
                              "decision)")
-                elif deciding:
+                    continue
+                local = self.rank_local(scope) if local is None else local
+                deciding = next((found for t in tests
+                                 if (found := self.local_in(t, scope, local, synced))), None)
+                if deciding:
                     self.add(
                         "DDP191",
                         node,
-                        f"this {exit_word} leaves the loop on `{deciding[0]}`, a value this "
+                        f"this {exit_word} leaves the loop on `{deciding}`, a value this "
                         "rank computed alone: if another rank decides otherwise, it waits in the loop's "
                         "next collective for the ones that left; all-reduce the value, or broadcast rank "
                         "0's decision",
@@ -2201,14 +2934,24 @@ def selected(code, select=None, ignore=None):
         code.startswith(s) for s in ignore or ())
 
 
-def check_source(text, tree, path="<string>", select=None, ignore=None):
-    """Findings as dicts: path, line, col, code, severity, message, chapter, page, variant."""
+def project_of(path, root=None, follow=True):
+    """The Project whose modules the script at `path` imports; None for text that is no file
+    (or with follow=False: the script alone)."""
+    return Project(path, root) if follow and path and os.path.isfile(path) else None
+
+
+def check_source(text, tree, path="<string>", select=None, ignore=None, root=None, follow=True):
+    """Findings as dicts: path, line, col, code, severity, message, chapter, page, variant.
+    With follow (and `path` a file), the functions it imports from its own project are read
+    too (see Project); `root`: the project's top folder, if it holds no `.git`."""
     views = ["good", "bad"] if has_variants(tree) else [None]
     seen, out, lines = set(), [], text.splitlines()
+    project = project_of(path, root, follow)
     for view in views:
         viewed = VariantView(view).visit(ast.parse(text)) if view else tree
         ast.fix_missing_locations(viewed)
-        for line, col, code, severity, message, node in sorted(Checker(viewed).check(), key=lambda f: f[:3]):
+        checker = Checker(viewed, project=project, path=path if project else None)
+        for line, col, code, severity, message, node in sorted(checker.check(), key=lambda f: f[:3]):
             if (line, col, code) in seen or silenced(lines, node, code) or not selected(code, select, ignore):
                 continue
             seen.add((line, col, code))
@@ -2255,7 +2998,7 @@ def main_check(args):
             continue
         results += [f for f in check_source(text, tree, path, args.select, args.ignore)
                     if SEVERITIES.index(f["severity"]) >= least]
-        if not Checker(tree).distributed:
+        if not Checker(tree, project=project_of(path), path=path).distributed:
             plain.append(path)  # a one-device script: the rules do not apply to it
     failing = [f for f in results if f["severity"] != "note"]
     code = 2 if unreadable else 1 if failing else 0

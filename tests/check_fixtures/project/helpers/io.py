@@ -1,0 +1,14 @@
+"""Checkpoints: one helper that saves on whoever calls it, one that tests the rank."""
+
+import torch
+
+from .dist import is_main_process
+
+
+def save_checkpoint(model, path):
+    torch.save({"model": model.state_dict()}, path)
+
+
+def save_on_master(state, path):
+    if is_main_process():
+        torch.save(state, path)
