@@ -397,6 +397,7 @@ def flops_per_token(model: GPT, block_size: int) -> float:
     return 6 * params + 12 * len(model.blocks) * dim * block_size
 
 
+# --8<-- [start:peaks]
 # Dense bf16 tensor-core peaks, TFLOP/s: half of each data sheet's "with sparsity" figure.
 # Keyed by the words of torch.cuda.get_device_name(); the entry with the most words that
 # all appear in the name wins ("NVIDIA H100 NVL" is the NVL, not the SXM "H100").
@@ -415,6 +416,7 @@ def peak_for_name(name: str) -> float | None:
     words = set(re.split(r"[\s\-]+", name))
     known = [key for key in PEAK_BF16_TFLOPS if set(key) <= words]
     return PEAK_BF16_TFLOPS[max(known, key=len)] if known else None
+# --8<-- [end:peaks]
 
 
 def peak_tflops(device: torch.device, given: float | None) -> float | None:

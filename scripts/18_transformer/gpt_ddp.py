@@ -235,6 +235,7 @@ def main() -> None:
     print0(about)
     # 2. The model, the same on every rank; the recipe; where a checkpoint left off.
     model = build_model(corpus, args, ctx.device)
+    torch.manual_seed(args.seed + 1 + ctx.rank)  # dropout: each rank draws its own masks
     optimizer = make_optimizer(model, args, ctx.device)
     scheduler = make_scheduler(optimizer, args)
     start = 0

@@ -147,6 +147,9 @@ def train(model, optimizer, scheduler, batches, args, ctx, steps, save_to=None):
     step --save-at. The losses stay on the device until the end: one read for all steps."""
     sums = torch.zeros(len(steps), 2, dtype=torch.float64, device=ctx.device)
     for i, step in enumerate(steps):
+        # Dropout's masks: drawn from the seed, the step and the rank alone, so that DDP and
+        # FSDP2 draw the same ones, and a resumed run those of the run it continues.
+        torch.manual_seed(args.seed * 1_000_003 + step * 1_009 + ctx.rank)
         total, tokens = forward_backward(model, batches.next(), batches, ctx)
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)  # FSDP2: on DTensors
         optimizer.step()
