@@ -29,7 +29,7 @@ none of them importing anything from this repository.
 - Troubleshooting's buffer: a positional table made as a transposed view fails DDP's first
   forward with PyTorch's message; built with unsqueeze(1), it trains.
 - token_stream.py at 1 and 2 ranks: the same global batch (step 0's loss and gradient norm,
-  the epochs), every held-out token counted once.
+  the epochs), every held-out token counted once; columns too short to train: exit 2.
 """
 
 from __future__ import annotations
@@ -645,3 +645,24 @@ def test_a_token_stream_split_by_columns_trains_as_one_process():
     assert one["train_tokens"] == two["train_tokens"] == str(16 * 1023)
     assert one["held_out_tokens"] == two["held_out_tokens"] == str(10 * 408)
     assert all(f"over {16 * 1023} tokens, held-out loss " in line for line in epochs_two), epochs_two
+
+
+def test_a_token_stream_too_short_for_its_columns_ends_with_a_usage_message(capsys, monkeypatch):
+    """Columns of fewer than 2 tokens have no (input, target) pair: token_stream.py said 'loss
+    nan over 0 tokens' and trained nothing. Now it exits 2 with the largest value that works,
+    on the world size it is launched at, before any process group exists."""
+    main = load("token_stream").main
+    for argv, env, message in (
+            (["--batch-size", "9000"], {}, "--batch-size 9000 on 1 process(es) leaves columns of fewer "
+                                            "than 2 of the 16384 tokens: at most 8192"),
+            (["--batch-size", "4097"], {"WORLD_SIZE": "2", "RANK": "1"},
+             "on 2 process(es) leaves columns of fewer than 2 of the 16384 tokens: at most 4096"),
+            (["--eval-columns", "2049"], {}, "--eval-columns: at most 2048, got 2049")):
+        monkeypatch.setattr(sys, "argv", ["token_stream.py", *argv])
+        for name in ("WORLD_SIZE", "RANK"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        with pytest.raises(SystemExit) as exited:
+            main()
+        assert exited.value.code == 2 and message in capsys.readouterr().err, argv

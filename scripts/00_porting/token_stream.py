@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 VOCABULARY = 64
+TRAIN_TOKENS, HELD_OUT_TOKENS = 16384, 4096  # the two synthetic streams
 
 
 def make_stream(tokens, seed):
@@ -84,8 +85,13 @@ def main():
     parser.add_argument("--lr", type=positive_number, default=0.5)
     parser.add_argument("--eval-columns", type=whole_number, default=10, help="held-out columns, in all")
     args = parser.parse_args()
-    # 1. The group (one process without torchrun: a group of one, no address needed).
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if TRAIN_TOKENS // (args.batch_size * world_size) < 2:  # a column needs an input and a target
+        parser.error(f"--batch-size {args.batch_size} on {world_size} process(es) leaves columns of fewer "
+                     f"than 2 of the {TRAIN_TOKENS} tokens: at most {TRAIN_TOKENS // 2 // world_size}")
+    if HELD_OUT_TOKENS // args.eval_columns < 2:
+        parser.error(f"--eval-columns: at most {HELD_OUT_TOKENS // 2}, got {args.eval_columns}")
+    # 1. The group (one process without torchrun: a group of one, no address needed).
     store = None if world_size > 1 else dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(minutes=5))
@@ -93,8 +99,9 @@ def main():
     # 2. The data: the global batch's columns, this rank's share of them; the held-out columns
     # dealt round the ranks (10 columns on 3 ranks: 4, 3 and 3), so none is counted twice.
     columns = args.batch_size * world_size  # the global batch: the same at any world size
-    train = my_columns(batchify(make_stream(16384, seed=0), columns), rank, world_size, args.batch_size)
-    held_out = batchify(make_stream(4096, seed=1), args.eval_columns)[:, rank::world_size]
+    stream = make_stream(TRAIN_TOKENS, seed=0)
+    train = my_columns(batchify(stream, columns), rank, world_size, args.batch_size)
+    held_out = batchify(make_stream(HELD_OUT_TOKENS, seed=1), args.eval_columns)[:, rank::world_size]
     # --8<-- [end:data]
     if rank == 0:
         print(f"world_size={world_size}: {columns} columns of {train.size(0)} tokens "
