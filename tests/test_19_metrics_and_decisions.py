@@ -154,6 +154,9 @@ def test_mpiexec_every_rank_says_where_it_waited_and_broadcast_stops_every_rank(
     waited = dict(re.findall(r"^rank (\d+): waited in (.+) after \d+ steps, failed after", bad.output,
                              flags=re.M))
     assert sorted(waited) == ["0", "1", "2"], bad.output  # every rank's own account
+    # gloo's own words, on the ranks in the all-reduce and at the barrier alike (the page's)
+    said = re.findall(r"^rank \d+: waited in .+ failed after [\d.]+ s: (.+)$", bad.output, flags=re.M)
+    assert len(said) == 3 and all(s.startswith("Timed out waiting") for s in said), said
     for rank in summary["left"].split(","):
         assert waited[rank] == "the end-of-training barrier", bad.output
     for rank in summary["went_on"].split(","):

@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for utils/
 
 import torch
+import torch._dynamo  # noqa: F401 - DDP's constructor imports it, seconds of work: see step 2
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -143,33 +144,38 @@ class Patience:
 
 def main() -> None:
     args = parse_args()
-    # 1. Join the process group; training runs in a group of its own whose collectives give
-    #    up after --timeout (chapter 09): DDP takes it as process_group.
+    # 1. Join the process group (under the longer of --timeout and the default timeout).
     ctx = setup_distributed(args.backend, max(args.timeout, DEFAULT_TIMEOUT_S))
     if args.num_files < ctx.world_size:
         usage_error(f"--num-files {args.num_files} is fewer than the {ctx.world_size} ranks: every rank "
                     f"validates whole files, so give --num-files {ctx.world_size} or more.")
     check_global_batch(ctx, args.num_samples, args.batch_size)
-    train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     print0(f"launcher={ctx.launcher} world_size={ctx.world_size} backend={ctx.backend} "
            f"variant={args.variant} fix={args.fix} patience={args.patience} timeout={args.timeout:g} s")
     if ctx.world_size == 1 and args.variant == "bad":
         print0("note: with one process there is no other rank to disagree with, so nothing can hang. "
                "Run it with 2 or more processes to see the hang.")
 
-    # 2. Data: the training set through DistributedSampler; this rank's validation files.
-    train_set, val_set = make_data(args.num_samples, args.num_files, args.seed)
-    sampler = DistributedSampler(train_set, num_replicas=ctx.world_size, rank=ctx.rank, seed=args.seed)
-    loader = make_loader(train_set, args.batch_size, device, sampler=sampler)
-    my_val = validation_block(val_set, args.num_files, ctx.rank, ctx.world_size)
-
-    # 3. Model, wrapped: its gradient all-reduces run in train_group, under its timeout.
+    # 2. Training runs in a group of its own whose collectives give up after --timeout
+    #    (chapter 09); DDP takes it as process_group, and its gradient all-reduces run in it.
+    #    The group's own set-up and DDP's first collectives wait under that timeout too: so
+    #    every rank meets first, under the job's longer one, with the slow work done (DDP's
+    #    constructor imports torch._dynamo, imported above): on a loaded machine a rank
+    #    that lags by more than --timeout would otherwise end them before training.
+    dist.barrier()
+    train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     torch.manual_seed(args.seed)
     plain = nn.Sequential(nn.Linear(NUM_FEATURES, 256), nn.ReLU(), nn.Linear(256, NUM_CLASSES)).to(device)
     model = DDP(plain, device_ids=[device.index] if device.type == "cuda" else None,
                 process_group=train_group)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     patience = Patience(args.patience)
+
+    # 3. Data: the training set through DistributedSampler; this rank's validation files.
+    train_set, val_set = make_data(args.num_samples, args.num_files, args.seed)
+    sampler = DistributedSampler(train_set, num_replicas=ctx.world_size, rank=ctx.rank, seed=args.seed)
+    loader = make_loader(train_set, args.batch_size, device, sampler=sampler)
+    my_val = validation_block(val_set, args.num_files, ctx.rank, ctx.world_size)
 
     # 4. Train, validate, decide, every epoch.
     print0(table_header(ctx.world_size, args))
