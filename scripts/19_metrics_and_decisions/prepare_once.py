@@ -15,8 +15,9 @@ rank writes depends on where --cache-dir is:
     --cache-on shared      one file system every node sees: rank 0 alone.
 
 To show the race every run, the ranks come in a fixed order: local rank 0 first, the others
-once it has begun to write (in a real job the order is chance, and the race shows in some
-runs only).
+once it has begun to write. In the bad variant the first writers then finish their file only
+once the others have read it (in a real job the order is chance, and the race shows in some
+runs only; here it shows in every run, however loaded the machine).
 
 Run it:
     torchrun --standalone --nproc_per_node=2 scripts/19_metrics_and_decisions/prepare_once.py --variant bad
@@ -45,6 +46,7 @@ from utils.distributed import cleanup_distributed, print0, setup_distributed
 
 CACHE_NAME = "tokens.cache"
 STARTED = "ch19/cache_write_started"  # the job's store key the first writer sets
+READ, ALL_READ = "ch19/cache_reads", "ch19/cache_all_read"  # the bad variant's readers count
 
 
 def parse_args():
@@ -85,8 +87,19 @@ def main() -> None:
            f"variant={args.variant} cache_on={args.cache_on} cache={cache}")
     store = dist.distributed_c10d._get_default_store()  # the job's key-value store
 
+    # The fixed order (see the docstring). In the bad variant each local rank 0 holds its
+    # write after the first piece until every other rank has read: their reads fall
+    # mid-write however loaded the machine is. Bounded by --timeout.
+    readers = ctx.world_size - ctx.world_size // (ctx.local_world_size or ctx.world_size)
+    hold = args.variant == "bad" and ctx.local_rank == 0 and readers > 0
+
     def announce() -> None:  # the first writer's first bytes are out
         store.set(STARTED, "1")
+        if hold:
+            try:
+                store.wait([ALL_READ], datetime.timedelta(seconds=args.timeout))
+            except dist.DistStoreError:
+                pass  # not every reader came (nodes with different numbers of ranks): write on
 
     # 2. The ranks come: local rank 0 first, the others once a writer has begun (see above).
     if ctx.local_rank != 0:
@@ -121,6 +134,8 @@ def main() -> None:
     except CacheError as error:
         outcome = str(error)
     # --8<-- [end:read]
+    if args.variant == "bad" and ctx.local_rank != 0 and store.add(READ, 1) == readers:
+        store.set(ALL_READ, "1")  # the last reader: the held writers may finish (the fixed order)
 
     # 4. What every rank did, gathered to rank 0.
     reports: list = [None] * ctx.world_size
