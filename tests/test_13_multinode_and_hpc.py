@@ -294,7 +294,8 @@ def cray_nodes(two_nodes):
 def test_pbs_torchrun_on_cray_node_names(cray_nodes, tmp_path):
     """pbs_common.sh's launch_torchrun in a two-node PBS job whose node file lists the nodes'
     high-speed-network names (nid001000.hsn.cm.example) while `hostname` says nid001000: the
-    first node's torchrun hosts the rendezvous, and 2 x 2 ranks train on both nodes."""
+    first node's torchrun hosts the rendezvous, and a rank on each node trains (the names
+    are the point here; 2 ranks per node: test_two_nodes_train_together_with_torchrun_c10d)."""
     ssh = tmp_path / "cray_ssh"
     ssh.write_text(CRAY_SSH.format(*HSN_NAMES, *cray_nodes, *CRAY_NAMES))
     ssh.chmod(0o755)
@@ -303,7 +304,7 @@ def test_pbs_torchrun_on_cray_node_names(cray_nodes, tmp_path):
     mpiexec = mpi_env("mpich")["PATH"].split(os.pathsep)[0] + "/mpiexec"
     job_id = f"{os.getpid()}.pbs"
     env = clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID=job_id, PBS_O_WORKDIR=str(REPO),
-                    HOME=str(tmp_path), VENV=str(Path(sys.executable).parents[1]), NPROC_PER_NODE="2",
+                    HOME=str(tmp_path), VENV=str(Path(sys.executable).parents[1]), NPROC_PER_NODE="1",
                     GLOO_SOCKET_IFNAME=INTERFACE,
                     NODE_LAUNCHER=f"{mpiexec} -launcher ssh -launcher-exec {ssh} -iface {INTERFACE} "
                                   f"-hosts {','.join(HSN_NAMES)} -n 2 -ppn 1")
@@ -311,12 +312,12 @@ def test_pbs_torchrun_on_cray_node_names(cray_nodes, tmp_path):
     result = run(["ip", "netns", "exec", cray_nodes[0], "unshare", "--uts", "bash", "-c",
                   f"hostname {CRAY_NAMES[0]} && {job}"], env=env, timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, result.output
-    assert f"job {job_id}: 2 node(s) [{' '.join(HSN_NAMES)}] x 2 process(es)" in result.output
+    assert f"job {job_id}: 2 node(s) [{' '.join(HSN_NAMES)}] x 1 process(es)" in result.output
     # The first node's torchrun was told to host the rendezvous at its node-file name.
     hosts = re.findall(rf"--rdzv-endpoint={re.escape(HSN_NAMES[0])}:\d+ --rdzv-id={job_id} "
                        r"--rdzv-conf=is_host=true", result.output)
     assert len(hosts) == 1, result.output
     summary = result.clean_summary()
-    assert summary["launcher"] == "torchrun" and summary["world_size"] == "4", summary
-    assert summary["nodes"] == "2" and summary["ranks_per_node"] == "2,2", summary
+    assert summary["launcher"] == "torchrun" and summary["world_size"] == "2", summary
+    assert summary["nodes"] == "2" and summary["ranks_per_node"] == "1,1", summary
     assert summary["params_identical"] == "yes", result.output
