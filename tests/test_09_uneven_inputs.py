@@ -116,7 +116,7 @@ def test_single_process_has_nothing_to_wait_for():
 
 
 def test_bad_input_says_what_to_set():
-    fewer_files = torchrun(2, UNEVEN, "--num-files", "1", timeout=90)
+    fewer_files = mpiexec("mpich", 2, UNEVEN, "--num-files", "1", timeout=90)
     assert fewer_files.returncode != 0
     assert "--num-files 1 is fewer than the 2 ranks" in fewer_files.output
     assert "set --num-files to at least 2" in fewer_files.output

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from conftest import captured_run, mpiexec, python, torchrun
+from conftest import captured_run, mpiexec, python
 
 BYPASS = "11_replica_consistency/wrapper_bypass.py"
 SEEDS = "11_replica_consistency/seeds_and_broadcast.py"
@@ -91,8 +91,8 @@ def test_ddp_broadcasts_rank_0_and_per_rank_seeds_give_per_rank_masks():
     assert summary["replicas_after_training"] == "identical", summary
 
 
-def test_verify_replicas_under_torchrun():
-    result = torchrun(2, str(Path(__file__).resolve()))
+def test_verify_replicas_under_mpich():
+    result = mpiexec("mpich", 2, str(Path(__file__).resolve()))
     assert result.returncode == 0, result.output
     assert "replica checks passed: 7/7" in result.output, result.output
 
@@ -124,7 +124,7 @@ def test_checksums_see_swaps_and_sum_keeping_changes():
     assert parameter_checksum(model).item() != before
 
 
-if __name__ == "__main__":  # the torchrun worker of test_verify_replicas_under_torchrun
+if __name__ == "__main__":  # a rank of test_verify_replicas_under_mpich
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for utils/
     import torch
     from torch import nn
