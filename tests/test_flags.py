@@ -45,6 +45,7 @@ BAD_VALUES = {
     "float": ["0", "-1", "nan", "inf"],
     "dir": ["{FILE}", "/proc/flag-walk/missing"],  # a file for a directory; cannot exist or be made
     "file": ["{DIR}", "/proc/flag-walk/missing/out.png"],  # a directory for a file; cannot be written
+    "codes": ["XYZ", "DDP999"],  # rule codes (or their prefixes) that no rule has
 }
 # Bad values a flag gets besides its kind's (huge ones where they matter).
 EXTRA_BAD = {
@@ -85,7 +86,8 @@ NEEDS_LAUNCHER = {"train_resilient.py:--lose-node-at-step": "launch the script w
 # Flags that take text and are neither numbers nor paths (none yet): {"flag": "reason"}.
 TEXT_FLAGS: dict[str, str] = {}
 # Flags whose type the walk cannot see from the parser: {"flag": kind}.
-KIND = {"--bucket-caps": "float"}  # numbers of MiB or 'default', checked after parsing
+KIND = {"--bucket-caps": "float",  # numbers of MiB or 'default', checked after parsing
+        "--select": "codes", "--ignore": "codes"}  # check_ddp.py's rule codes, as ruff takes them
 # Flags that are wrong together: (script glob, argv, the flag the message must name[, the
 # scripts where the combination is fine: {script name: reason}]).
 COMBINATIONS = [
