@@ -5,23 +5,27 @@ commit, path) and labels what the checker should say about it, one row per line 
 `true` a pitfall of a rule the file really has, `false` a false alarm some version gave,
 `note` a caveat that is right as a note but no pitfall (a resume checkpoint's 'module.' keys
 loaded back into the wrapper), each with its reason; `clean` a file with nothing to say. Its
-columns `before` and `after` record what the first version of the checker and this one said
-at that line (error, warning, note, or - for nothing), so that the table on docs/check.md
-and its precision and recall come from the file (`--table`), and a run on the corpus shows
-where the checker now says something else.
+columns `before`, `alone` and `after` record what three versions of the checker said at that
+line (error, warning, note, or - for nothing): the first version, the version of commit
+e674dd7 (the file alone), and this one (the file in its repository: the modules it imports
+from there are read too). The table on docs/check.md and its precision and recall come from
+the file (`--table`), and a run on the corpus shows where the checker now says something else.
 
     python tests/check_corpus.py CORPUS_DIR                  # the files: CORPUS_DIR/owner__name/path
     python tests/check_corpus.py CORPUS_DIR --set heldout    # the files kept aside (dev, heldout, all)
     python tests/check_corpus.py CORPUS_DIR --select DDP04   # the rules whose codes start so
     python tests/check_corpus.py CORPUS_DIR --record after   # write what the checker says now into the file
-    python tests/check_corpus.py CORPUS_DIR --record before --checker first_check_ddp.py
+    python tests/check_corpus.py CORPUS_DIR --record alone --alone --checker e674dd7_check_ddp.py
     python tests/check_corpus.py --table > tests/check_corpus.md   # the table docs/check.md includes
     python tests/check_corpus.py --fetch-list                # what to fetch, and where
 
 Fetch each file at its commit (git show COMMIT:PATH in a clone of the repository) into
-CORPUS_DIR/<owner>__<name>/<path>. Without the folder the script says so and exits 0: the
-test suite does not need the corpus. Findings no row labels are added by --record as
-UNLABELLED rows: label them by hand (true/false/note and a reason) before the table is made.
+CORPUS_DIR/<owner>__<name>/<path>, and beside it, at their own paths, the modules of its
+repository that it imports, as tests/check_corpus_modules.tsv lists them (two imports deep, as
+the checker follows them): --fetch-list prints both. Each file is checked in the folder of its
+repository (--alone: by itself). Without the folder the script says so and exits 0: the test
+suite does not need the corpus. Findings no row labels are added by --record as UNLABELLED
+rows: label them by hand (true/false/note and a reason) before the table is made.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "tests" / "check_corpus.tsv"
+MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
 WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(")
-COLUMNS = ["repo", "commit", "path", "set", "line", "code", "label", "before", "after", "reason"]
+COLUMNS = ["repo", "commit", "path", "set", "line", "code", "label", "before", "alone", "after", "reason"]
+VERSIONS = (("before", "first"), ("alone", "e674dd7, the file alone"), ("after", "now, in its repository"))
 NOT_DISTRIBUTED, UNREADABLE = "NOTDIST", "UNREADABLE"  # codes of the rows for a file's verdict
 
 
@@ -67,21 +73,33 @@ def selected(code: str, select: list[str]) -> bool:
     return not select or any(code.startswith(s) for s in select)
 
 
-def run_checker(checker, path: Path, select: list[str]) -> tuple[dict, str | None]:
+def run_checker(checker, path: Path, select: list[str], root: Path | None = None) -> tuple[dict, str | None]:
     """{(line, code): severity} of the checker's findings on one file (an older version has no
-    severities: 'error'), and its verdict on the file: NOTDIST, UNREADABLE or None."""
+    severities: 'error'), and its verdict on the file: NOTDIST, UNREADABLE or None. `root`: the
+    folder of the file's repository, whose modules the checker follows (a version that follows
+    none checks the file alone; None: alone)."""
     try:
         text, tree = checker.read_source(str(path))
     except checker.Unreadable:
         return {}, UNREADABLE
+    follows = hasattr(checker, "Project")
+    if follows:
+        findings = checker.check_source(text, tree, str(path), root=root, follow=root is not None)
+        project = checker.project_of(str(path), root, follow=root is not None)
+        distributed = checker.Checker(tree, project=project, path=str(path)).distributed
+    else:
+        findings = checker.check_source(text, tree, str(path))
+        distributed = checker.Checker(tree).distributed
     found = {(str(f["line"]), f["code"]): f.get("severity", "error")
-             for f in checker.check_source(text, tree, str(path)) if selected(f["code"], select)}
-    plain = not checker.Checker(tree).distributed and WRAPS_DDP.search(text)
+             for f in findings if selected(f["code"], select)}
+    plain = not distributed and WRAPS_DDP.search(text)
     return found, NOT_DISTRIBUTED if plain else None
 
 
-def measure(corpus: Path, rows: list[dict], checker, which: str, select: list[str]) -> dict:
-    """Run the checker on every file of the set; compare with the rows."""
+def measure(corpus: Path, rows: list[dict], checker, which: str, select: list[str],
+            alone: bool = False) -> dict:
+    """Run the checker on every file of the set, in the folder of its repository (the modules
+    it imports from there are read too), or alone; compare with the rows."""
     files = {}
     for row in rows:
         if which in ("all", row["set"]):
@@ -92,7 +110,8 @@ def measure(corpus: Path, rows: list[dict], checker, which: str, select: list[st
         if not path.exists():
             missing.append(str(path))
             continue
-        found, verdict = run_checker(checker, path, select)
+        root = None if alone else corpus / repo.replace("/", "__")
+        found, verdict = run_checker(checker, path, select, root)
         if verdict:
             found[("-", verdict)] = "yes"
         said[(repo, rel)] = found
@@ -100,7 +119,7 @@ def measure(corpus: Path, rows: list[dict], checker, which: str, select: list[st
         for line, code in sorted(set(found) - known):
             rows.append({"repo": repo, "commit": commit, "path": rel, "set": part, "line": line, "code": code,
                          "label": "false" if code in (NOT_DISTRIBUTED, UNREADABLE) else "UNLABELLED",
-                         "before": "-", "after": "-",
+                         "before": "-", "alone": "-", "after": "-",
                          "reason": "the file wraps a model in DDP" if code == NOT_DISTRIBUTED else
                          "the checker could not read it" if code == UNREADABLE else "label this finding"})
     return {"said": said, "missing": missing}
@@ -187,8 +206,8 @@ def table(rows: list[dict]) -> str:
         "recall | with notes | not distributed |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for which in ("dev", "heldout"):
-        for column, name in (("before", "first"), ("after", "now")):
+    for which in ("dev", "heldout", "all"):
+        for column, name in VERSIONS:
             t = tally(rows, column, which)
             false = t["flagged"] - t["flagged_true"]
             out.append(f"| {which} ({t['files']} files, {t['repos']} repositories) | {name} | {t['flagged']} "
@@ -197,13 +216,15 @@ def table(rows: list[dict]) -> str:
                        f"{ratio(t['pitfalls'] - t['missed'] - t['as_note'], t['pitfalls'])} | "
                        f"{ratio(t['pitfalls'] - t['missed'], t['pitfalls'])} | {t[NOT_DISTRIBUTED]} |")
     out += ["<!-- --8<-- [end:numbers] -->", "<!-- --8<-- [start:files] -->",
-            "| set | repository | commit | path | now | first version |", "|---|---|---|---|---|---|"]
+            "| set | repository | commit | path | now, in its repository | e674dd7, the file alone "
+            "| first version |",
+            "|---|---|---|---|---|---|---|"]
     files = {}
     for row in rows:
         files.setdefault((row["set"], row["repo"], row["commit"], row["path"]), []).append(row)
     for (part, repo, commit, path), labels in files.items():
         out.append(f"| {part} | {repo} | `{commit[:10]}` | `{path}` | {cell(labels, 'after')} | "
-                   f"{cell(labels, 'before')} |")
+                   f"{cell(labels, 'alone')} | {cell(labels, 'before')} |")
     return "\n".join(out + ["<!-- --8<-- [end:files] -->"]) + "\n"
 
 
@@ -226,8 +247,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--select", action="append", default=[], metavar="PREFIX",
                         help="the rules whose codes start so (e.g. DDP04), as check_ddp.py's --select")
-    parser.add_argument("--record", choices=["before", "after"],
+    parser.add_argument("--record", choices=["before", "alone", "after"],
                         help="write what the checker says into this column of the label file")
+    parser.add_argument("--alone", action="store_true",
+                        help="check each file by itself, not in the folder of its repository")
+    parser.add_argument("--modules", type=Path, default=MODULES,
+                        help="the modules each file imports (default: %(default)s)")
     parser.add_argument("--table", action="store_true", help="print the markdown table of the label file")
     parser.add_argument(
         "--fetch-list", action="store_true", help="print repository, commit and path of each file"
@@ -235,7 +260,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rows = read_labels(args.labels)
     if args.fetch_list:
-        for repo, commit, path in dict.fromkeys((r["repo"], r["commit"], r["path"]) for r in rows):
+        modules = read_labels(args.modules) if args.modules.exists() else []
+        wanted = list(dict.fromkeys([(r["repo"], r["commit"], r["path"]) for r in rows]
+                                    + [(m["repo"], m["commit"], m["module"]) for m in modules]))
+        for repo, commit, path in wanted:
             print(f"{repo}\t{commit}\t{path}\t-> {repo.replace('/', '__')}/{path}")
         return 0
     if args.table:
@@ -248,7 +276,7 @@ def main(argv=None) -> int:
             "CORPUS_DIR/<owner>__<name>/<path>, then run python tests/check_corpus.py CORPUS_DIR"
         )
         return 0
-    result = measure(args.corpus, rows, load_checker(args.checker), args.set, args.select)
+    result = measure(args.corpus, rows, load_checker(args.checker), args.set, args.select, args.alone)
     column = args.record or "after"
     changed = []
     for row in rows:

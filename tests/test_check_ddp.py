@@ -141,12 +141,13 @@ def test_decisions_ports_and_passes_of_the_second_review():
     """The shapes behind a fresh review's false alarms and misses, each a fixture of our own:
     a loop left on a value one rank computed alone, but not on values every rank shares
     (decisions.py, clean_decisions.py); a fixed port that defers to the launcher is a note
-    (port_fallbacks.py); a shuffling sampler read pass after pass with no epoch loop
+    (port_fallbacks.py), but a warning in code that runs under srun, which sets no port; a
+    shuffling sampler read pass after pass with no epoch loop
     (set_epoch_passes.py)."""
     assert sorted(expected_in(FIXTURES / "decisions.py")) == [
         (44, "DDP191", False), (49, "DDP191", False), (51, "DDP191", False), (57, "DDP191", False)]
     ports = expected_in(FIXTURES / "port_fallbacks.py")
-    assert sorted(note for _, code, note in ports if code == "DDP130") == [False, True, True, True, True]
+    assert sorted(note for _, code, note in ports if code == "DDP130") == [False] * 3 + [True] * 6
     assert [code for _, code, _ in expected_in(FIXTURES / "set_epoch_passes.py")] == ["DDP030"] * 3
     for name in ("decisions.py", "port_fallbacks.py", "set_epoch_passes.py"):
         assert found_in(FIXTURES / name) == expected_in(FIXTURES / name), name
@@ -175,12 +176,21 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
         "DDP020", "DDP030", "DDP031", "DDP031", "DDP040", "DDP040", "DDP041", "DDP130", "DDP130"]
     messages = {(f["line"], f["code"]): f["message"] for f in findings(train)}
     assert messages[(47, "DDP040")].startswith(
-        "validation() (helpers/engine.py) runs torch.save (helpers/io.py:9) on every rank")
+        "validation() (helpers/engine.py) runs torch.save (helpers/io.py:12) on every rank")
     assert messages[(44, "DDP020")].startswith(
         "evaluate() (helpers/engine.py) calls all_reduce() (helpers/metrics.py:7) only on the ranks where")
     assert messages[(17, "DDP130")].startswith("setup_dist() (helpers/dist.py:12) sets MASTER_PORT to 29512")
     assert messages[(28, "DDP031")].startswith("the DistributedSampler that make_data_sampler() "
                                                "(helpers/data.py) returns pads the shards")
+    builders = PROJECT / "train_builders.py"  # a config object, a default port, tuples, a sampler class
+    assert found_in(builders) == expected_in(builders)
+    assert sorted(code for _, code, _ in expected_in(builders)) == ["DDP031"] * 3 + ["DDP130"] * 2
+    messages = {(f["line"], f["code"]): f["message"] for f in findings(builders)}
+    assert messages[(22, "DDP130")].startswith(
+        "init_method 'tcp://127.0.0.1:23459' (through cfg.dist_url, set in")
+    assert messages[(23, "DDP130")].startswith(
+        "init_distributed() (helpers/dist.py:24) sets MASTER_PORT to 40111")
+    assert messages[(29, "DDP031")].startswith("the PaddedShardSampler of the loader that make_eval_loader()")
     text, tree = check_ddp.read_source(str(train))
     alone = check_ddp.check_source(text, tree, str(train), follow=False)
     assert alone == []  # the file by itself shows none of them
@@ -382,7 +392,8 @@ def test_a_closed_pipe_ends_it_quietly_with_its_exit_code():
 def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_path, capsys):
     """tests/check_corpus.py: without the folder it says so and exits 0 (the suite never needs
     the corpus); the table docs/check.md includes is the label file's; on a folder it matches
-    findings to the rows by line and code, and --record writes what the checker says."""
+    findings to the rows by line and code, each file in the folder of its repository (--alone:
+    by itself), and --record writes what the checker says."""
     spec = importlib.util.spec_from_file_location("check_corpus", REPO / "tests" / "check_corpus.py")
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)
@@ -392,26 +403,26 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     assert len({r["repo"] for r in rows}) >= 25 and len({(r["repo"], r["path"]) for r in rows}) >= 40
     assert all(re.fullmatch(r"[0-9a-f]{40}", r["commit"]) and r["reason"] for r in rows)
     assert {r["label"] for r in rows} <= {"true", "false", "note", "clean"}  # nothing left unlabelled
-    assert {r["before"] for r in rows} | {r["after"] for r in rows} <= {
-        "error",
-        "warning",
-        "note",
-        "yes",
-        "-",
-    }
+    assert {r[column] for r in rows for column in ("before", "alone", "after")} <= {
+        "error", "warning", "note", "yes", "-"}
+    modules = corpus.read_labels(corpus.MODULES)  # what each entry imports from its repository
+    entries = {(r["repo"], r["commit"], r["path"]) for r in rows}
+    assert len(modules) >= 100 and all((m["repo"], m["commit"], m["entry"]) in entries for m in modules)
     assert (REPO / "tests" / "check_corpus.md").read_text() == corpus.table(rows)
     page = (REPO / "docs" / "check.md").read_text()
     assert '--8<-- "tests/check_corpus.md:numbers"' in page and '--8<-- "tests/check_corpus.md:files"' in page
     # a corpus of one file of our own: one pitfall found, one missed, one false alarm
     folder = tmp_path / "corpus" / "someone__project"
     folder.mkdir(parents=True)
-    (folder / "train.py").write_text((FIXTURES / "pitfalls.py").read_text())
+    helper_call = "\nfrom saver import save_all\n\nsave_all(model)\n"  # line 79: a save in saver.py
+    (folder / "train.py").write_text((FIXTURES / "pitfalls.py").read_text() + helper_call)
+    (folder / "saver.py").write_text("import torch\n\n\ndef save_all(net):\n    torch.save(net, 'a.pt')\n")
     labels = tmp_path / "labels.tsv"
     labels.write_text(
         "\t".join(corpus.COLUMNS)
         + "\n"
         + "".join(
-            f"someone/project\t{'0' * 40}\ttrain.py\tdev\t{line}\t{code}\t{label}\t-\t-\t{why}\n"
+            f"someone/project\t{'0' * 40}\ttrain.py\tdev\t{line}\t{code}\t{label}\t-\t-\t-\t{why}\n"
             for line, code, label, why in [
                 (14, "DDP130", "true", "a fixed port"),
                 (21, "DDP131", "false", "said so"),
@@ -433,8 +444,16 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     assert [(r["line"], r["after"]) for r in recorded] == [("5", "-"), ("14", "warning"), ("21", "error")]
     assert (
         "| `train.py` | 5 DDP130 missed; 14 DDP130 warning ✓; 21 DDP131 error ✗ | 5 DDP130 missed; 14 DDP130 "
-        "missed |" in corpus.table(recorded)
+        "missed | 5 DDP130 missed; 14 DDP130 missed |" in corpus.table(recorded)
     )
+    # in its repository the helper's save is seen at the call (an unlabelled finding); alone it is not
+    in_repository = [str(tmp_path / "corpus"), "--labels", str(labels), "--select", "DDP040"]
+    capsys.readouterr()
+    assert corpus.main(in_repository) == 0
+    said = capsys.readouterr().out
+    assert "someone/project\ttrain.py\t79\tDDP040\trecorded '-', now 'error'\tUNLABELLED" in said
+    assert corpus.main([*in_repository, "--alone"]) == 0
+    assert "\t79\tDDP040" not in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- preflight

@@ -141,6 +141,8 @@ GUARD_EXTRA = {"gpu", "gpu_id", "gpu_rank", "device_id"}
 # Decorators that run a function on rank 0 alone.
 RANK_ZERO_DECORATORS = re.compile(r"(?i)rank_?zero|master_only|main_process_only|on_main_process|main_only")
 NO_GRAD = {"no_grad", "inference_mode"}
+# Variables of launchers that set no MASTER_PORT (srun, mpiexec): a fallback port always applies.
+PORTLESS_LAUNCHERS = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "PALS_")
 # Calls whose result carries the rank of their arguments (arithmetic, conversions): int(rank),
 # min(rank, 1), torch.tensor(rank == 0). Any other call given the rank returns its own value.
 CARRY_RANK = {"int", "float", "bool", "abs", "min", "max", "round", "sum", "tensor", "as_tensor", "item",
@@ -214,6 +216,34 @@ def is_path(node):
         return True
     return isinstance(node, (ast.Name, ast.Attribute)) and bool(
         re.search(r"(?i)path|file|dir|name|ckpt|checkpoint|out", last(node)))
+
+
+def launcher_present(test):
+    """For a test of a launcher's variable: True if its true branch is where the variable is
+    set (`"RANK" in os.environ`, `os.environ.get("SLURM_PROCID")`, and of such), False if
+    where it is absent (`not in`, `is None`, `not ...`); None for any other test."""
+    launcher = RANK_ENV | {"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+    def names_one(node):
+        return isinstance(node, ast.Constant) and node.value in launcher
+
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        sides = [launcher_present(v) for v in test.values]
+        return True if sides and all(sides) else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = launcher_present(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op = test.ops[0]
+        if isinstance(op, (ast.In, ast.NotIn)) and names_one(test.left):
+            return isinstance(op, ast.In)
+        if isinstance(op, (ast.Is, ast.IsNot)) and is_false(test.comparators[0]):
+            inner = launcher_present(test.left)
+            return None if inner is None else inner == isinstance(op, ast.IsNot)
+    if isinstance(test, ast.Call) and last(test) in ("get", "getenv") and test.args \
+            and names_one(test.args[0]):
+        return True
+    return None
 
 
 def is_minus_one(node):
@@ -385,9 +415,13 @@ class Project:
 
     def __init__(self, script, root=None):
         self.script = Path(script).resolve()
-        self.roots = [Path(root).resolve()] if root else project_roots(self.script)
-        if root and self.script.parent != self.roots[0]:  # the script's folder first, as Python does
-            self.roots.insert(0, self.script.parent)
+        self.roots = project_roots(self.script)
+        if root is not None:  # the project's top folder, given: the folders from the script's up to it
+            top = Path(root).resolve()
+            above = [p for p in self.script.parents if top in p.parents or p == top]
+            self.roots = [self.script.parent] + above
+            if self.roots[-1] != top:
+                self.roots.append(top)
         self.top = self.roots[-1]
         self.read, self.skipped, self.found = set(), [], {}
 
@@ -411,7 +445,7 @@ class Project:
                     return candidate.resolve()
         return None
 
-    def module(self, path, depth):
+    def load(self, path, depth):
         """The Checker of the project module at `path`, read at import depth `depth`."""
         try:
             mtime = path.stat().st_mtime_ns
@@ -448,7 +482,7 @@ class Project:
 
     def _function(self, module, level, folder, name, depth, hops):
         path = self.find(module, level, folder)
-        checker = self.module(path, depth) if path is not None else None
+        checker = self.load(path, depth) if path is not None else None
         if checker is None:
             return None
         found = checker.functions.get(name)
@@ -1340,12 +1374,13 @@ class Checker:
 
     def data_source(self, loop):
         """What a loop reads, if this file shows it: ('loader', DataLoader call), or
-        ('stream', name) for `range(0, data.size(0), ...)` over a tensor."""
+        ('stream', name) for `range(0, data.size(0), step)` over a tensor (windows of a
+        stream: with a step; `range(len(inputs))` counts items)."""
         source = unwrap_iter(loop.iter)
         scope = self.function_of(loop)
         if isinstance(source, ast.Call) and last(source) == "DataLoader":
             return "loader", source, scope
-        if isinstance(source, ast.Call) and last(source) == "range":
+        if isinstance(source, ast.Call) and last(source) == "range" and len(source.args) == 3:
             for node in ast.walk(source):
                 holder = None
                 if (
@@ -1482,73 +1517,162 @@ class Checker:
 
     # -- DDP030: set_epoch
     def samplers(self):
-        """DistributedSampler(...) calls, and calls of a helper of the project that builds one
-        and returns it (or a loader on it): `make_data_sampler(ds, shuffle=False, ...)`."""
-        return [c for c in self.calls if last(c) == "DistributedSampler" or self.factory(c)]
+        """The samplers that pad the shards: DistributedSampler(...) calls, calls of a sampler
+        class of the project that pads as it does, and calls of a helper of the project that
+        builds one and returns it (or a loader on it): `make_data_sampler(ds, shuffle=False)`,
+        `train_loader, val_loader = build_loaders(cfg)` (then the name bound to it)."""
+        if "samplers" not in self._memo:
+            found = [c for c in self.calls if self.is_sampler(c) or self.factory(c)]
+            for node in self.nodes:  # a, b = build(...): each name its own
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                        and isinstance(node.targets[0], ast.Tuple):
+                    found += [t for t in node.targets[0].elts if isinstance(t, ast.Name) and self.factory(t)]
+            self._memo["samplers"] = sorted(found, key=lambda n: (n.lineno, n.col_offset))
+        return self._memo["samplers"]
 
-    def factory(self, call):
-        """For a call of a project function that returns a DistributedSampler, or a DataLoader
-        on one: (its Checker, the function, the DistributedSampler call inside, 'sampler' or
-        'loader'); None otherwise, or where the call turns the sampler off (`distributed=False`
-        for the parameter the helper tests)."""
-        if last(call) in ("DistributedSampler", "DataLoader"):
+    def is_sampler(self, call):
+        """DistributedSampler(...), or a sampler class of the project that pads the shards as it
+        does: a subclass of it, or one that sets `self.total_size` (the padded length)."""
+        if last(call) == "DistributedSampler":
+            return True
+        if not last(call).endswith("Sampler") or self.project is None:
+            return False
+        found = self.external_class(call)
+        return found is not None and found[0].pads(found[1])
+
+    def external_class(self, call):
+        """(Checker, class) of a class of the project that `call` makes, or None."""
+        name = dotted(call.func)
+        head, *rest = name.split(".") if name else [""]
+        entry = self.imports.get(head)
+        if entry is None or self.depth >= MAX_DEPTH or rest:
             return None
-        key = ("factory", call)
+        kind, module, imported, level = entry
+        if kind != "from":
+            return None
+        path = self.project.find(module, level, self.folder)
+        checker = self.project.load(path, self.depth + 1) if path is not None else None
+        if checker is None:
+            return None
+        cls = next((n for n in checker.tree.body if isinstance(n, ast.ClassDef) and n.name == imported), None)
+        return (checker, cls) if cls is not None else None
+
+    @staticmethod
+    def pads(cls):
+        return any(last(b) == "DistributedSampler" for b in cls.bases) or any(
+            isinstance(n, ast.Attribute) and n.attr == "total_size" and isinstance(n.ctx, ast.Store)
+            for n in ast.walk(cls))
+
+    def factory(self, node):
+        """For a call of a project function that returns a padding sampler, or a loader on
+        one (or for a name bound to such a part of the tuple it returns): (its Checker, the
+        function, the sampler call inside, 'sampler' or 'loader', the calls to it); None
+        otherwise, or where the call turns the sampler off (`distributed=False`, or
+        `is_training=False` for the sampler of the training branch)."""
+        key = ("factory", node)
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = None
+        element, call = None, node
+        if isinstance(node, ast.Name):  # a, b = build(...)
+            tuple_node = self.parents.get(node)
+            assign = self.parents.get(tuple_node)
+            if not (isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call)):
+                return None
+            element, call = tuple_node.elts.index(node), assign.value
+        elif not isinstance(node, ast.Call) or last(node) in ("DistributedSampler", "DataLoader"):
+            return None
         external = self.external(call)
-        made = external[0].sampler_made(external[1]) if external is not None else None
-        if made is not None:
+        candidates = external[0].sampler_made(external[1], element=element) if external is not None else []
+        for sampler, kind, chain in candidates:
             checker, function = external
-            sampler, kind = made
-            for ancestor in checker.between(sampler, function):  # if distributed: DistributedSampler(...)
-                if not (isinstance(ancestor, (ast.If, ast.IfExp)) and isinstance(ancestor.test, ast.Name)):
-                    continue
-                passed = checker.passed(function, call, ancestor.test.id)
-                if not isinstance(passed, ast.Constant):
-                    continue
-                body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
-                in_body = any(sampler is n for b in body for n in ast.walk(b))
-                if bool(passed.value) != in_body:  # the call takes the other branch
-                    made = None
-                    break
-        self._memo[key] = None if made is None else (*external, *made)
+            if not self.turned_off(checker, function, sampler, call):
+                self._memo[key] = (checker, function, sampler, kind, chain)
+                break
         return self._memo[key]
 
-    def sampler_made(self, function):
-        """(the DistributedSampler call, 'sampler' or 'loader') that `function` returns: the
-        sampler itself, or a DataLoader built on it."""
-        key = ("sampler_made", function)
+    @staticmethod
+    def turned_off(checker, function, sampler, call):
+        """The call gives a constant to the parameter that the helper's branch around the
+        sampler tests, and takes the other branch."""
+        for ancestor in checker.between(sampler, function):
+            if not (isinstance(ancestor, (ast.If, ast.IfExp)) and isinstance(ancestor.test, ast.Name)):
+                continue
+            passed = checker.passed(function, call, ancestor.test.id)
+            if not isinstance(passed, ast.Constant):
+                continue
+            body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
+            in_body = any(sampler is n for b in body for n in ast.walk(b))
+            if bool(passed.value) != in_body:
+                return True
+        return False
+
+    def sampler_made(self, function, depth=0, element=None):
+        """[(the padding sampler call, 'sampler' or 'loader', the calls that lead to it)] for a
+        `function` that returns a sampler, or a loader built on one (`element`: the part of
+        the tuple it returns); the sampler may be made by a function it calls (of its module or
+        the project), then the last part lists (Checker, function, the call of it) down to the
+        one that makes it. A loader (a DataLoader, or a name with `loader` in it) returned by
+        a function that makes samplers: each of them, in order."""
+        key = ("sampler_made", function, element)
         if key in self._memo:
             return self._memo[key]
-        self._memo[key] = None
+        self._memo[key] = []
+        found = []
         for node in self.own_nodes(function):
             if not (isinstance(node, ast.Return) and node.value is not None):
                 continue
-            values = [node.value]
-            for name in [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)]:
+            returned = node.value
+            if element is not None and isinstance(returned, ast.Call) and depth < 2:
+                resolved = self.resolve(returned)  # return _build_loader(config): its tuple
+                if resolved is not None and resolved[1] is not function and isinstance(resolved[1], FUNCTION):
+                    found += [(sampler, kind, [(*resolved, returned)] + chain) for sampler, kind, chain
+                              in resolved[0].sampler_made(resolved[1], depth + 1, element)]
+                continue
+            if element is not None:
+                if not (isinstance(returned, ast.Tuple) and element < len(returned.elts)):
+                    continue
+                returned = returned.elts[element]
+            values = [returned]
+            for name in [n.id for n in ast.walk(returned) if isinstance(n, ast.Name)]:
                 values += [v for v in self.assigned(name, function)]
+            loader = any(isinstance(v, ast.Call) and last(v) == "DataLoader" for v in values) or (
+                isinstance(returned, (ast.Name, ast.Call)) and "loader" in last(returned).lower())
             for value in values:
                 for made in ast.walk(value):
                     if not isinstance(made, ast.Call):
                         continue
-                    if last(made) == "DistributedSampler" and self.function_of(made) is function:
-                        loader = last(node.value) == "DataLoader" or any(
-                            isinstance(v, ast.Call) and last(v) == "DataLoader"
-                            for v in values if v is not made)
-                        self._memo[key] = (made, "loader" if loader else "sampler")
-                        return self._memo[key]
                     if last(made) == "DataLoader":
                         inner = keyword(made, "sampler")
-                        for sampler in [inner] + (self.assigned(inner.id, function)
-                                                  if isinstance(inner, ast.Name) else []):
-                            found = next((c for c in ast.walk(sampler) if isinstance(c, ast.Call)
-                                          and last(c) == "DistributedSampler"), None) if sampler else None
-                            if found is not None:
-                                self._memo[key] = (found, "loader")
-                                return self._memo[key]
-        return None
+                        samplers = [inner] + (
+                            self.assigned(inner.id, function) if isinstance(inner, ast.Name) else [])
+                        for sampler in [s for s in samplers if isinstance(s, ast.Call)]:
+                            made_here = self.sampler_in(sampler, function, depth)
+                            if made_here is not None:
+                                found.append((made_here[0], "loader", made_here[1]))
+                    made_here = self.sampler_in(made, function, depth)
+                    if made_here is not None:
+                        found.append((made_here[0], "loader" if loader else "sampler", made_here[1]))
+            if loader and not found:  # loader = make_loader(**args): the samplers made on the way
+                for made in self.own_nodes(function):
+                    if isinstance(made, ast.Call) and (made_here := self.sampler_in(made, function, depth)):
+                        found.append((made_here[0], "loader", made_here[1]))
+        unique = list({id(sampler): (sampler, kind, chain) for sampler, kind, chain in found}.values())
+        self._memo[key] = unique
+        return unique
+
+    def sampler_in(self, call, function, depth):
+        """(padding sampler call, the chain of calls to it) if `call`, made in `function`, is
+        one or returns one (a function of the module or the project, two calls deep)."""
+        if self.is_sampler(call) and self.function_of(call) is function:
+            return call, []
+        resolved = self.resolve(call) if depth < 2 and last(call) != "DataLoader" else None
+        if resolved is None or resolved[1] is function or not isinstance(resolved[1], FUNCTION):
+            return None
+        made = [m for m in resolved[0].sampler_made(resolved[1], depth + 1) if m[1] == "sampler"]
+        if not made:
+            return None
+        return made[0][0], [(*resolved, call)] + made[0][2]
 
     def passed(self, function, call, name):
         """The value a call gives the parameter `name` of `function`: an argument, a keyword,
@@ -1573,25 +1697,46 @@ class Checker:
     def sampler_option(self, call, name, index):
         """The `shuffle` or `drop_last` a sampler gets: of the call itself, or, for a helper
         that builds it, the value the helper passes (one of its parameters: what this call
-        gives it). None: the sampler's default."""
+        gives it). None: the sampler's default. A sampler class of the project without such a
+        parameter neither shuffles nor drops (False)."""
         made = self.factory(call)
         if made is None:
-            return call.args[index] if len(call.args) > index else keyword(call, name)
-        checker, function, sampler, _ = made
-        value = sampler.args[index] if len(sampler.args) > index else keyword(sampler, name)
-        if isinstance(value, ast.Name) and value.id in checker.params(function):
-            return checker.passed(function, call, value.id)
+            return self.option_of(self, call, name, index)
+        checker, function, sampler, _, chain = made
+        value = checker.option_of(chain[-1][0] if chain else checker, sampler, name, index)
+        first = self.parents[self.parents[call]].value if isinstance(call, ast.Name) else call
+        for level_checker, level_function, site in reversed([(checker, function, first)] + chain):
+            if not (isinstance(value, ast.Name) and value.id in level_checker.params(level_function)):
+                break
+            value = level_checker.passed(level_function, site, value.id)  # what the caller gives it
         return value
+
+    @staticmethod
+    def option_of(checker, sampler, name, index):
+        if last(sampler) == "DistributedSampler":
+            return sampler.args[index] if len(sampler.args) > index else keyword(sampler, name)
+        value = keyword(sampler, name)
+        if value is not None:
+            return value
+        found = checker.external_class(sampler) if checker.project is not None else None
+        init = next((n for n in found[1].body if isinstance(n, FUNCTION) and n.name == "__init__"), None) \
+            if found is not None else None
+        if init is not None and name in checker.params(init) and not any(
+                last(b) == "DistributedSampler" for b in found[1].bases):
+            return None  # its own parameter: its default
+        return None if found is not None and any(last(b) == "DistributedSampler" for b in found[1].bases) \
+            else ast.Constant(False)
 
     def sampler_word(self, call):
         """How a message names the sampler: 'DistributedSampler', or the helper that builds it."""
         made = self.factory(call)
         if made is None:
             return "DistributedSampler"
-        checker, function, _, kind = made
+        checker, function, sampler, kind, _ = made
         helper = self.helper_name(call, checker, function)
-        return (f"the DistributedSampler of the loader that {helper} returns" if kind == "loader"
-                else f"the DistributedSampler that {helper} returns")
+        name = last(sampler)  # DistributedSampler, or a sampler class of the project that pads as it does
+        return (f"the {name} of the loader that {helper} returns" if kind == "loader"
+                else f"the {name} that {helper} returns")
 
     def epoch_loop(self):
         """A loop over epochs in the file: a loop variable named epoch..., or a range of ...epochs."""
@@ -1697,6 +1842,8 @@ class Checker:
         holder = self.parents.get(made)
         while isinstance(holder, (ast.IfExp, ast.BoolOp)):  # DistributedSampler(d) if distributed else None
             holder = self.parents.get(holder)
+        if isinstance(made, ast.Name):  # a, val_loader = build(...): the name itself
+            holder = ast.Assign(targets=[made], value=None)
         if not (isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name)):
             return set()
         if "simple_assigns" not in self._memo:
@@ -1846,7 +1993,9 @@ class Checker:
             holder = self.parents.get(loader_call)
             while isinstance(holder, ast.Call) and last(holder) in ("enumerate", "tqdm", "iter", "log_every"):
                 holder = self.parents.get(holder)
-            if isinstance(holder, (ast.For, ast.comprehension)):
+            if isinstance(loader_call, ast.Name):  # a, val_loader = build(...)
+                found = self.reads_under_no_grad(loader_call.id, self.function_of(loader_call), strict)
+            elif isinstance(holder, (ast.For, ast.comprehension)):
                 found = "yes" if self.in_evaluation(holder.iter, strict) else None
             elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
                 found = self.reads_under_no_grad(holder.targets[0].id, self.function_of(holder), strict)
@@ -1999,9 +2148,15 @@ class Checker:
         return self._memo[key]
 
     def per_rank_path(self, call, index=1, name="f"):
-        """The file name depends on the rank: each rank writes or reads its own file."""
+        """The file name depends on the rank: each rank writes or reads its own file; or it is
+        no file at all, but a buffer in memory (`io.BytesIO()`)."""
         path = call.args[index] if len(call.args) > index else keyword(call, name)
         scope = self.function_of(call)
+        if isinstance(path, ast.Name) and any(isinstance(v, ast.Call) and last(v) in ("BytesIO", "StringIO")
+                                              for v in self.assigned(path.id, scope)):
+            return True  # torch.save(state, buffer): bytes in this process's memory
+        if isinstance(path, ast.Call) and last(path) == "BytesIO":
+            return True
         return path is not None and self.depends_on_rank(path, self.tainted(scope, loose=True), loose=True)
 
     def loaded_plain(self, state):
@@ -2299,7 +2454,8 @@ class Checker:
 
     def port_settings(self, function=None):
         """Where this file (or `function`, and the functions of its module it calls) sets the
-        rendezvous port: (node, the value, 'env' or 'init', falls back to the launcher's):
+        rendezvous port: (node, the value, 'env' or 'init', falls back to the launcher's, runs
+        under srun or mpiexec, which set no port):
         `os.environ["MASTER_PORT"] = ...` ('env'; under an `if "MASTER_PORT" not in os.environ`,
         a fallback), `os.environ.setdefault("MASTER_PORT", ...)` (a fallback), and
         init_process_group(init_method=...)."""
@@ -2313,28 +2469,62 @@ class Checker:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
                     and t.slice.value == "MASTER_PORT" for t in node.targets):
-                found.append((node, node.value, "env", self.defers_to_launcher(node)))
+                found.append((node, node.value, "env", self.defers_to_launcher(node),
+                              self.under_portless_launcher(node)))
             elif isinstance(node, ast.Call) and last(node) == "setdefault" and len(node.args) == 2 \
                     and isinstance(node.args[0], ast.Constant) and node.args[0].value == "MASTER_PORT":
-                found.append((node, node.args[1], "env", True))
+                found.append((node, node.args[1], "env", True, self.under_portless_launcher(node)))
             elif isinstance(node, ast.Call) and last(node) == "init_process_group" \
                     and keyword(node, "init_method") is not None:
-                found.append((node, keyword(node, "init_method"), "init", self.defers_to_launcher(node)))
+                found.append((node, keyword(node, "init_method"), "init", self.defers_to_launcher(node),
+                              self.under_portless_launcher(node)))
             elif function is not None and isinstance(node, ast.Call) \
                     and not self.guarded_within(node, function):
                 target = self.callee(node)  # a function of the same module that the helper calls
                 if target is not None and target is not function:
-                    found += [(where, value, kind, fallback or self.defers_to_launcher(node))
-                              for where, value, kind, fallback in self.port_settings(target)]
+                    found += [(where, value, kind, fallback or self.defers_to_launcher(node),
+                               portless or self.under_portless_launcher(node))
+                              for where, value, kind, fallback, portless in self.port_settings(target)]
         self._memo[key] = found
         return found
 
     def defers_to_launcher(self, node):
-        """Under a test that reads MASTER_PORT (`if "MASTER_PORT" not in os.environ:`): this
-        code runs only where the launcher set no port."""
-        return any(isinstance(a, (ast.If, ast.IfExp)) and any(
-            isinstance(n, ast.Constant) and n.value == "MASTER_PORT" for n in ast.walk(a.test))
-            for a in self.ancestors(node))
+        """This code runs only where no launcher set its variables: under a test that reads
+        MASTER_PORT (`if "MASTER_PORT" not in os.environ:`), or in the branch taken when a
+        launcher's variable is absent (the `else` of `if "RANK" in os.environ:`)."""
+        child = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (ast.If, ast.IfExp)):
+                if any(isinstance(n, ast.Constant) and n.value == "MASTER_PORT"
+                       for n in ast.walk(ancestor.test)):
+                    return True
+                present = launcher_present(ancestor.test)
+                body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
+                if present is not None and (child in body) != present:
+                    return True  # the branch where the launcher's variable is absent
+            child = ancestor
+        return False
+
+    def under_portless_launcher(self, node):
+        """The code around `node` runs under srun or mpiexec, which set no MASTER_PORT: in the
+        branch of a test on their variables (`if "SLURM_PROCID" in os.environ:`), or in a
+        function that reads one unconditionally (`int(os.environ["SLURM_PROCID"])`). There a
+        fallback port always applies."""
+        def theirs(tree):
+            return any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                       and n.value.startswith(PORTLESS_LAUNCHERS) for n in ast.walk(tree))
+        child = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, ast.If) and child in ancestor.body and theirs(ancestor.test):
+                return True
+            if isinstance(ancestor, SCOPE):
+                break
+            child = ancestor
+        scope = self.function_of(node)
+        return scope is not self.tree and any(
+            isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and theirs(n.slice)
+            and not any(isinstance(a, (ast.If, ast.IfExp, ast.Try)) for a in self.between(n, scope))
+            for n in self.own_nodes(scope))
 
     def fixed_ports(self, value, kind, scope, passed=None):
         """(text, the node that fixes it, a fallback) for each fixed port `value` may hold: a
@@ -2356,23 +2546,29 @@ class Checker:
         fallback_note = ("where the launcher set none: torchrun always sets one, so under torchrun this "
                          "never runs; under mpiexec, srun or a launch of your own, two jobs on one node "
                          "want the same port: derive it from the job id")
+        portless_warning = ("where none is set, in code that runs under srun or mpiexec, which set none: "
+                            "there every job on a node wants this port; derive it from the job id")
         reported = set()
-        for node, value, kind, defers in self.port_settings():
+        for node, value, kind, defers, portless in self.port_settings():
             scope = self.function_of(node)
             for text, where, env_default in self.fixed_ports(value, kind, scope):
-                fallback = defers or env_default
-                at = node if kind == "env" or where is value else where
+                fallback = (defers or env_default) and not portless
+                at = node if kind == "env" or where is value or where not in self.parents else where
                 if (id(at), kind) in reported:
                     continue
                 reported.add((id(at), kind))
                 if kind == "env" and fallback:
                     self.add("DDP130", at, f"MASTER_PORT falls back to {text} {fallback_note}", "note")
+                elif kind == "env" and (defers or env_default):
+                    self.add("DDP130", at, f"MASTER_PORT falls back to {text} {portless_warning}")
                 elif kind == "env":
                     self.add("DDP130", at, "MASTER_PORT set to a fixed number: a second job on this node "
                              "fails with 'address already in use'; leave it to the launcher or derive it "
                              "from the job id")
                 else:
                     through = "" if where is value else f" (through {ast.unparse(value)})"
+                    if where not in self.parents:  # a constant of another module: a config of the project
+                        through = f" (through {ast.unparse(value)}, set in another module of the project)"
                     self.add("DDP130", at, f"init_method {text!r}{through}: a fixed port, so a second job on "
                              "this node collides; let the launcher set MASTER_ADDR and MASTER_PORT "
                              "(init_method='env://')", "note" if fallback else None)
@@ -2381,10 +2577,12 @@ class Checker:
             if external is None:
                 continue
             checker, function = external
-            passed = {param: (self, value, self.function_of(call)) for param in checker.params(function)
-                      if (value := checker.passed(function, call, param)) is not None and value in
-                      list(call.args) + [k.value for k in call.keywords]}
-            for node, value, kind, defers in checker.port_settings(function):
+            given = list(call.args) + [k.value for k in call.keywords]
+            passed = {param: (self, value, self.function_of(call)) if value in given
+                      else (checker, value, function)  # the parameter's default
+                      for param in checker.params(function)
+                      if (value := checker.passed(function, call, param)) is not None}
+            for node, value, kind, defers, portless in checker.port_settings(function):
                 for text, where, env_default in checker.fixed_ports(value, kind, function, passed):
                     here = where in self.parents  # the number is in this file: an option's default
                     at = where if here else call
@@ -2393,8 +2591,10 @@ class Checker:
                     reported.add((id(at), kind))
                     what = "MASTER_PORT" if kind == "env" else "init_method"
                     helper = f"{function.name}() ({self.at(checker, node)})"
-                    if defers or env_default:
+                    if (defers or env_default) and not portless:
                         self.add("DDP130", at, f"{helper} sets {what} to {text} {fallback_note}", "note")
+                    elif defers or env_default:
+                        self.add("DDP130", at, f"{helper} sets {what} to {text} {portless_warning}")
                     else:
                         self.add("DDP130", at, f"{helper} sets {what} to {text}"
                                  + (", given here" if here else "") + ": a fixed port, so a second job on "
@@ -2457,7 +2657,49 @@ class Checker:
                 found += self.url_values(value, where, depth + 1)
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             found += self.url_values(self.option_default(expr.attr), scope, depth + 1)
+            if not found:  # cfg.dist_url: cfg made by SimpleNamespace(dist_url=...), or by a function
+                found += self.attribute_values(expr.value.id, expr.attr, scope, depth + 1)
         return found[:8]
+
+    def attribute_values(self, name, attr, scope, depth):
+        """The strings `name.attr` may hold where `name` is a configuration object: made by a
+        call with the keyword `attr` (`SimpleNamespace(dist_url=...)`, `HParams(...)`), or
+        returned by a function of the file or the project that makes one; `name` may be a
+        parameter that the file's calls fill."""
+        if depth > 8:
+            return []
+        sources = [(value, scope, self) for value in self.assigned(name, scope)]
+        if not sources and isinstance(scope, FUNCTION) and name in self.params(scope):
+            sources = [(value, self.function_of(site), self)
+                       for value, site in self.arguments_for(scope, name)]
+        found = []
+        for value, where, checker in sources:
+            if isinstance(value, ast.Name):
+                found += checker.attribute_values(value.id, attr, where, depth + 1)
+            elif isinstance(value, ast.Call):
+                given = keyword(value, attr)
+                if given is not None:
+                    found += checker.url_values(given, where, depth + 1)
+                    continue
+                resolved = checker.resolve(value)
+                if resolved is None or not isinstance(resolved[1], FUNCTION):
+                    continue
+                callee, function = resolved
+                for made in callee.returned(function):
+                    if isinstance(made, ast.Call) and keyword(made, attr) is not None:
+                        found += callee.url_values(keyword(made, attr), function, depth + 1)
+        return found[:8]
+
+    def returned(self, function):
+        """The values `function` returns: the expressions of its returns, and for a name
+        returned, the values assigned to it."""
+        out = []
+        for node in self.own_nodes(function):
+            if isinstance(node, ast.Return) and node.value is not None:
+                out.append(node.value)
+                if isinstance(node.value, ast.Name):
+                    out += self.assigned(node.value.id, function)
+        return out
 
     def rule_nccl_device(self):
         if any(last(c) == "set_device" for c in self.calls) or self.library or any(

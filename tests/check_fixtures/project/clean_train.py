@@ -1,8 +1,9 @@
 """The right ways with the same helpers (helpers/), for tests/test_check_ddp.py: no finding,
 no note. The launcher sets the port, the sampler is told the epoch, each rank evaluates its
-own share of the held-out set (every sample once) and rank 0 saves. Written for the tests;
-never run: it only has to parse."""
+own share of the held-out set (every sample once), rank 0 saves; every rank may save to
+memory. Written for the tests; never run: it only has to parse."""
 
+import io
 import os
 
 import torch
@@ -11,6 +12,7 @@ from helpers import is_main_process, save_checkpoint, save_on_master
 from helpers.data import make_loader
 from helpers.dist import wrap
 from helpers.engine import evaluate
+from helpers.io import to_bytes
 from torch import nn
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
@@ -31,6 +33,9 @@ def main(epochs):
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
         save_on_master({"model": model.module.state_dict()}, "last.pt")
+        snapshot = to_bytes(model.module)  # in memory, on every rank
+        buffer = io.BytesIO()
+        torch.save(snapshot, buffer)
         if is_main_process():
             save_checkpoint(model.module, "best.pt")
     rank, world_size = dist.get_rank(), dist.get_world_size()

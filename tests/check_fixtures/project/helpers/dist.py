@@ -20,6 +20,12 @@ def setup_fallback(args):
     dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
 
 
+def init_distributed(port=40111):
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+
+
 def wrap(model, device):
     return DistributedDataParallel(model.to(device), device_ids=[device])
 

@@ -1,4 +1,7 @@
-"""Checkpoints: one helper that saves on whoever calls it, one that tests the rank."""
+"""Checkpoints: one helper that saves on whoever calls it, one that tests the rank, one that
+writes to memory."""
+
+import io
 
 import torch
 
@@ -12,3 +15,9 @@ def save_checkpoint(model, path):
 def save_on_master(state, path):
     if is_main_process():
         torch.save(state, path)
+
+
+def to_bytes(model):
+    buffer = io.BytesIO()  # memory, not a file: every rank has its own
+    torch.save(model.state_dict(), buffer)
+    return buffer.getvalue()
