@@ -145,17 +145,19 @@ def test_decisions_ports_and_passes_of_the_second_review():
     shuffling sampler read pass after pass with no epoch loop
     (set_epoch_passes.py)."""
     assert sorted(expected_in(FIXTURES / "decisions.py")) == [
-        (44, "DDP191", False), (49, "DDP191", False), (51, "DDP191", False), (57, "DDP191", False)]
+        (45, "DDP191", False), (50, "DDP191", False), (52, "DDP191", False), (59, "DDP191", False),
+        (65, "DDP191", False)]
     ports = expected_in(FIXTURES / "port_fallbacks.py")
-    assert sorted(note for _, code, note in ports if code == "DDP130") == [False] * 3 + [True] * 6
+    assert sorted(note for _, code, note in ports if code == "DDP130") == [False] * 3 + [True] * 7
     assert [code for _, code, _ in expected_in(FIXTURES / "set_epoch_passes.py")] == ["DDP030"] * 3
     for name in ("decisions.py", "port_fallbacks.py", "set_epoch_passes.py"):
         assert found_in(FIXTURES / name) == expected_in(FIXTURES / name), name
     for name in ("clean_decisions.py", "clean_set_epoch_passes.py"):
         assert findings(FIXTURES / name) == [], name
     by_line = {f["line"]: f["message"] for f in findings(FIXTURES / "decisions.py")}
-    assert "leaves the loop on `stopper.early_stop`, a value this rank computed alone" in by_line[49]
-    assert "only on the ranks where `rank == 0 and os.path.exists('STOP')` holds" in by_line[51]
+    assert "leaves the loop on `stopper.early_stop`, a value this rank computed alone" in by_line[50]
+    assert "only on the ranks where `rank == 0 and os.path.exists('STOP')` holds" in by_line[52]
+    assert "leaves the loop on `held_out`, a value this rank computed alone" in by_line[59]
     passes = [f["message"] for f in findings(FIXTURES / "set_epoch_passes.py")]
     assert "read again and again (forever(), called at line 26, reads it in a loop)" in passes[0]
     fallback = findings(FIXTURES / "port_fallbacks.py")[0]["message"]
@@ -175,9 +177,9 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
     assert sorted(code for _, code, _ in expected_in(train)) == [
         "DDP020", "DDP030", "DDP031", "DDP031", "DDP040", "DDP040", "DDP041", "DDP130", "DDP130"]
     messages = {(f["line"], f["code"]): f["message"] for f in findings(train)}
-    assert messages[(47, "DDP040")].startswith(
+    assert messages[(48, "DDP040")].startswith(
         "validation() (helpers/engine.py) runs torch.save (helpers/io.py:12) on every rank")
-    assert messages[(44, "DDP020")].startswith(
+    assert messages[(45, "DDP020")].startswith(
         "evaluate() (helpers/engine.py) calls all_reduce() (helpers/metrics.py:7) only on the ranks where")
     assert messages[(17, "DDP130")].startswith("setup_dist() (helpers/dist.py:12) sets MASTER_PORT to 29512")
     assert messages[(28, "DDP031")].startswith("the DistributedSampler that make_data_sampler() "
@@ -186,11 +188,12 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
     assert found_in(builders) == expected_in(builders)
     assert sorted(code for _, code, _ in expected_in(builders)) == ["DDP031"] * 3 + ["DDP130"] * 2
     messages = {(f["line"], f["code"]): f["message"] for f in findings(builders)}
-    assert messages[(22, "DDP130")].startswith(
-        "init_method 'tcp://127.0.0.1:23459' (through cfg.dist_url, set in")
     assert messages[(23, "DDP130")].startswith(
+        "init_method 'tcp://127.0.0.1:23459' (through cfg.dist_url, set in")
+    assert messages[(22, "DDP130")].startswith(
         "init_distributed() (helpers/dist.py:24) sets MASTER_PORT to 40111")
     assert messages[(29, "DDP031")].startswith("the PaddedShardSampler of the loader that make_eval_loader()")
+    assert messages[(27, "DDP031")].startswith("the PaddedShardSampler of the loader that build_loaders()")
     text, tree = check_ddp.read_source(str(train))
     alone = check_ddp.check_source(text, tree, str(train), follow=False)
     assert alone == []  # the file by itself shows none of them
@@ -225,6 +228,12 @@ def test_following_stops_at_two_modules_fifty_files_and_the_project(tmp_path):
         "mods/__init__.py": "",
         **{f"mods/m{i}.py": "def f(x):\n    return x\n" for i in range(60)},
     })
+    write_project(tmp_path / "repo", {
+        "launch.py": "import torch.distributed as dist\n\n\ndef start():\n    dist.init_process_group()\n",
+        "job.py": "import torch\nimport launch\n\nlaunch.start()\nmodel = torch.nn.Linear(2, 2)\n"})
+    _, job = check_ddp.read_source(str(tmp_path / "repo" / "job.py"))
+    assert check_ddp.Checker(job, project=check_ddp.Project(tmp_path / "repo" / "job.py")).distributed
+    assert not check_ddp.Checker(job).distributed  # alone: a neutral name, nothing distributed in sight
     (tmp_path / "above.py").write_text(reduce)  # beside the project, not in it
     train = tmp_path / "repo" / "train.py"
     assert [(f["line"], f["code"]) for f in findings(train)] == [(8, "DDP020")]  # one.f, not deep1.f

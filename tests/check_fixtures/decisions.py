@@ -7,6 +7,7 @@ has to parse."""
 import os
 
 import torch
+from my_project.inference import predict
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -48,6 +49,13 @@ def train(net, batches, val_batches, optimizer, total_steps):
         if stopper.early_stop:
             break  # expect: DDP191
         if rank == 0 and os.path.exists("STOP"):
+            break  # expect: DDP191
+    criterion = nn.CrossEntropyLoss()
+    for x, y in batches:
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        held_out = criterion(predict(x), y).item()  # predict(): a helper out of sight
+        if held_out > 10.0:
             break  # expect: DDP191
     quota = steps_for(rank, total_steps)
     for step, (x, y) in enumerate(batches):

@@ -15,6 +15,8 @@ def setup(rank, world_size):
     os.environ.setdefault("MASTER_PORT", "29501")  # expect: DDP130 note
     if not os.environ.get("MASTER_PORT"):
         os.environ["MASTER_PORT"] = str(29502)  # expect: DDP130 note
+    if int(os.environ.get("MASTER_PORT", "0")) == 0:
+        os.environ["MASTER_PORT"] = "29507"  # expect: DDP130 note
     address = os.environ.get("MASTER_ADDR", "localhost")
     port = os.environ.get("MASTER_PORT", "23456")  # expect: DDP130 note
     dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size)

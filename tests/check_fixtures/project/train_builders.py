@@ -1,7 +1,8 @@
 """More pitfalls that live in the project's helpers (helpers/), for tests/test_check_ddp.py:
 a port in a configuration object made by a function, a port that is a helper's default, a
 loader in the tuple a builder returns (through a builder of a builder), a sampler class of the
-project that pads as DistributedSampler does. Exactly the `# expect:` lines. Written for the
+project that pads as DistributedSampler does. The GPU is set by the helper that starts the
+group (no DDP131). Exactly the `# expect:` lines. Written for the
 tests; never run: it only has to parse."""
 
 import os
@@ -18,9 +19,8 @@ from torch.utils.data import TensorDataset
 
 def main(epochs):
     cfg = get_config()
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl", init_method=cfg.dist_url)  # expect: DDP130
     init_distributed()  # expect: DDP130
+    dist.init_process_group("nccl", init_method=cfg.dist_url)  # expect: DDP130
     rank, world_size = dist.get_rank(), dist.get_world_size()
     train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
     val_set = TensorDataset(torch.randn(30, 8), torch.randint(0, 2, (30,)))

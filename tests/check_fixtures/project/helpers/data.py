@@ -33,7 +33,7 @@ def build_all(train_set, val_set):
 
 
 def make_val_sampler(dataset):
-    return DistributedSampler(dataset, shuffle=False)
+    return PaddedShardSampler(dataset, num_replicas=2, rank=0)
 
 
 def make_eval_loader(dataset, training, num_replicas, rank):
