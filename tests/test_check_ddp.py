@@ -209,7 +209,7 @@ def write_project(root, files):
 def test_following_stops_at_two_modules_fifty_files_and_the_project(tmp_path):
     """Bounded: a collective two modules deep is seen, three deep is not; at most 50 modules
     are read; a module that does not parse is skipped without a word; nothing above the folder
-    that holds .git, no installed package, no module imported at run time."""
+    that holds .git, nothing under site-packages, no module imported at run time."""
     reduce = "import torch.distributed as dist\n\n\ndef f(x):\n    dist.all_reduce(x)\n"
     write_project(tmp_path / "repo", {
         ".git/HEAD": "ref: refs/heads/main\n",
@@ -234,6 +234,11 @@ def test_following_stops_at_two_modules_fifty_files_and_the_project(tmp_path):
     _, job = check_ddp.read_source(str(tmp_path / "repo" / "job.py"))
     assert check_ddp.Checker(job, project=check_ddp.Project(tmp_path / "repo" / "job.py")).distributed
     assert not check_ddp.Checker(job).distributed  # alone: a neutral name, nothing distributed in sight
+    installed = tmp_path / "lib" / "site-packages" / "pkg"  # an installed package is never followed
+    write_project(installed, {"__init__.py": "", "helper.py": reduce, "train.py": (
+        "import torch.distributed as dist\nfrom pkg import helper\n\nif dist.get_rank() == 0:\n"
+        "    helper.f(1)\n")})
+    assert findings(installed / "train.py") == []
     (tmp_path / "above.py").write_text(reduce)  # beside the project, not in it
     train = tmp_path / "repo" / "train.py"
     assert [(f["line"], f["code"]) for f in findings(train)] == [(8, "DDP020")]  # one.f, not deep1.f

@@ -377,6 +377,7 @@ def has_variants(tree):
 # ------------------------------------------------------------------ the reader's project
 MAX_MODULES = 50  # project modules read for one checked file, at most
 MAX_DEPTH = 2  # the script's imports (1), and theirs (2)
+INSTALLED = {"site-packages", "dist-packages"}  # folders of installed packages: never followed
 _PARSED = {}  # path -> (mtime, size, tree or None): each module parsed once per process
 _MODULE_CHECKERS = {}  # (path, mtime, depth, roots) -> the Checker of a project module
 
@@ -441,7 +442,8 @@ class Project:
             candidates = ([target.parent / (target.name + ".py")] if parts else []) + [target / "__init__.py"]
             for candidate in candidates:
                 if candidate.is_file() and candidate.resolve() != self.script and (
-                        self.top == candidate.resolve() or self.top in candidate.resolve().parents):
+                        self.top == candidate.resolve() or self.top in candidate.resolve().parents) \
+                        and not INSTALLED.intersection(candidate.parts):  # not an installed package
                     return candidate.resolve()
         return None
 
