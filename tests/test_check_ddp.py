@@ -186,7 +186,7 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
                                                "(helpers/data.py) returns pads the shards")
     builders = PROJECT / "train_builders.py"  # a config object, a default port, tuples, a sampler class
     assert found_in(builders) == expected_in(builders)
-    assert sorted(code for _, code, _ in expected_in(builders)) == ["DDP031"] * 3 + ["DDP130"] * 2
+    assert sorted(code for _, code, _ in expected_in(builders)) == ["DDP031"] * 4 + ["DDP130"] * 2
     messages = {(f["line"], f["code"]): f["message"] for f in findings(builders)}
     assert messages[(23, "DDP130")].startswith(
         "init_method 'tcp://127.0.0.1:23459' (through cfg.dist_url, set in")
@@ -194,6 +194,7 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
         "init_distributed() (helpers/dist.py:24) sets MASTER_PORT to 40111")
     assert messages[(29, "DDP031")].startswith("the PaddedShardSampler of the loader that make_eval_loader()")
     assert messages[(27, "DDP031")].startswith("the PaddedShardSampler of the loader that build_loaders()")
+    assert messages[(32, "DDP031")].startswith("the PaddedShardSampler of the loader that make_eval_loader()")
     text, tree = check_ddp.read_source(str(train))
     alone = check_ddp.check_source(text, tree, str(train), follow=False)
     assert alone == []  # the file by itself shows none of them

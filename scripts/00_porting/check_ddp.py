@@ -1593,14 +1593,13 @@ class Checker:
                 break
         return self._memo[key]
 
-    @staticmethod
-    def turned_off(checker, function, sampler, call):
+    def turned_off(self, checker, function, sampler, call):
         """The call gives a constant to the parameter that the helper's branch around the
         sampler tests, and takes the other branch."""
         for ancestor in checker.between(sampler, function):
             if not (isinstance(ancestor, (ast.If, ast.IfExp)) and isinstance(ancestor.test, ast.Name)):
                 continue
-            passed = checker.passed(function, call, ancestor.test.id)
+            passed = checker.passed(function, call, ancestor.test.id, caller=self)
             if not isinstance(passed, ast.Constant):
                 continue
             body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
@@ -1676,15 +1675,25 @@ class Checker:
             return None
         return made[0][0], [(*resolved, call)] + made[0][2]
 
-    def passed(self, function, call, name):
-        """The value a call gives the parameter `name` of `function`: an argument, a keyword,
-        or the parameter's default; None if none."""
+    def passed(self, function, call, name, caller=None):
+        """The value a call gives the parameter `name` of `function`: an argument, a keyword
+        (in a `**kwargs` dict the caller, a Checker, built in sight too), or the parameter's
+        default; None if none."""
         params = self.params(function)
         if name not in params:
             return None
         value = keyword(call, name)
         if value is not None:
             return value
+        for spread in (k.value for k in call.keywords if k.arg is None and isinstance(k.value, ast.Name)):
+            for made in caller.assigned(spread.id, caller.function_of(call)) if caller is not None else []:
+                if isinstance(made, ast.Call) and last(made) == "dict" and keyword(made, name) is not None:
+                    return keyword(made, name)  # create_loader(ds, **eval_kwargs), eval_kwargs = dict(...)
+                if isinstance(made, ast.Dict):
+                    found = next((v for k, v in zip(made.keys, made.values, strict=True)
+                                  if isinstance(k, ast.Constant) and k.value == name), None)
+                    if found is not None:
+                        return found
         index = params.index(name) - (1 if params[:1] in (["self"], ["cls"]) else 0)
         if 0 <= index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
             return call.args[index]
@@ -1707,10 +1716,13 @@ class Checker:
         checker, function, sampler, _, chain = made
         value = checker.option_of(chain[-1][0] if chain else checker, sampler, name, index)
         first = self.parents[self.parents[call]].value if isinstance(call, ast.Name) else call
-        for level_checker, level_function, site in reversed([(checker, function, first)] + chain):
+        levels = [(checker, function, first)] + chain
+        callers = [self] + [level[0] for level in levels[:-1]]  # who makes each call
+        for (level_checker, level_function, site), caller in reversed(list(zip(levels, callers,
+                                                                               strict=True))):
             if not (isinstance(value, ast.Name) and value.id in level_checker.params(level_function)):
                 break
-            value = level_checker.passed(level_function, site, value.id)  # what the caller gives it
+            value = level_checker.passed(level_function, site, value.id, caller)  # what the caller gives it
         return value
 
     @staticmethod
