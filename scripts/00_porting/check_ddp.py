@@ -1595,18 +1595,40 @@ class Checker:
 
     def turned_off(self, checker, function, sampler, call):
         """The call gives a constant to the parameter that the helper's branch around the
-        sampler tests, and takes the other branch."""
+        sampler tests (`if distributed:`, `if split == "train":`, `if split in ("train",):`),
+        and takes the other branch."""
         for ancestor in checker.between(sampler, function):
-            if not (isinstance(ancestor, (ast.If, ast.IfExp)) and isinstance(ancestor.test, ast.Name)):
+            if not isinstance(ancestor, (ast.If, ast.IfExp)):
                 continue
-            passed = checker.passed(function, call, ancestor.test.id, caller=self)
-            if not isinstance(passed, ast.Constant):
+            taken = self.branch_taken(checker, function, call, ancestor.test)
+            if taken is None:
                 continue
             body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
             in_body = any(sampler is n for b in body for n in ast.walk(b))
-            if bool(passed.value) != in_body:
+            if taken != in_body:
                 return True
         return False
+
+    def branch_taken(self, checker, function, call, test):
+        """True or False: the value of `test`, a test on a parameter of `function`, for the
+        constant that `call` gives it; None if the call gives none or the test is another."""
+        name = test.id if isinstance(test, ast.Name) else (
+            test.left.id if isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.left, ast.Name) else None)
+        if name is None or name not in checker.params(function):
+            return None
+        passed = checker.passed(function, call, name, caller=self)
+        if not isinstance(passed, ast.Constant):
+            return None
+        if isinstance(test, ast.Name):
+            return bool(passed.value)
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Constant):
+            return (passed.value == right.value) == isinstance(op, ast.Eq)
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.List, ast.Tuple, ast.Set)) \
+                and all(isinstance(e, ast.Constant) for e in right.elts):
+            return (passed.value in [e.value for e in right.elts]) == isinstance(op, ast.In)
+        return None
 
     def sampler_made(self, function, depth=0, element=None):
         """[(the padding sampler call, 'sampler' or 'loader', the calls that lead to it)] for a

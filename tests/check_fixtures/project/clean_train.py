@@ -9,7 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 from helpers import is_main_process, save_checkpoint, save_on_master
-from helpers.data import make_loader
+from helpers.data import make_loader, make_split_loader
 from helpers.dist import wrap
 from helpers.engine import evaluate
 from helpers.io import to_bytes
@@ -41,7 +41,8 @@ def main(epochs):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     my_share = Subset(val_set, range(rank, len(val_set), world_size))
     accuracy = evaluate(model, DataLoader(my_share, batch_size=8))  # it adds up the shares
-    print(accuracy)
+    split_loader = make_split_loader(val_set, "val")  # the exact split: no padding
+    print(accuracy, evaluate(model, split_loader))
 
 
 if __name__ == "__main__":

@@ -46,3 +46,11 @@ def make_eval_loader(dataset, training, num_replicas, rank):
 
 def make_exact_loader(dataset, num_replicas, rank):
     return DataLoader(dataset, batch_size=8, sampler=ExactShardSampler(dataset, num_replicas, rank))
+
+
+def make_split_loader(dataset, split):
+    if split == "train":
+        sampler = DistributedSampler(dataset)
+    else:
+        sampler = ExactShardSampler(dataset, num_replicas=2, rank=0)
+    return DataLoader(dataset, batch_size=8, sampler=sampler)
