@@ -131,7 +131,13 @@ def timeout_group(ctx: DistributedContext, timeout_s: float, *,
     all-reduce) are undefined behaviour in NCCL: wrong data or a hang, not an error. The
     demonstrations are about the order of the calls, which gloo shows the same way on
     every machine. (A barrier of the returned group waits on CPU tensors too.)
+
+    Every rank meets first in a barrier of the job's group, under the job's longer timeout:
+    the new group's set-up waits for every rank under ``timeout_s``
+    (``dist.new_group`` rendezvouses through the store with the group's timeout), so a
+    rank that lags by more than ``timeout_s`` on a loaded machine would otherwise fail it.
     """
+    dist.barrier()
     timeout = datetime.timedelta(seconds=timeout_s)
     if expect_failure and ctx.device.type == "cuda":
         return dist.new_group(timeout=timeout, backend="gloo"), torch.device("cpu")  # gpu-checked

@@ -3,10 +3,13 @@
 In the shared mode N ranks use fewer GPUs than ranks, and the process group is gloo with
 CUDA tensors. gloo computes in host memory. For the collectives that have a CUDA path,
 ProcessGroupGloo copies each CUDA tensor into a pinned host buffer, runs the collective
-there and copies the result back: all_reduce (DDP's gradients), broadcast, all_gather,
-all_gather_into_tensor and reduce_scatter_tensor (FSDP2's training), gather, barrier. The
-H200 recording (torch 2.11) ran the GPU lane's shared-mode cases (chapters 01-17) through
-these.
+there and copies the result back: all_reduce (DDP's gradients; torch 2.14's gloo has a
+device and a host variant of it), broadcast, all_gather, all_gather_into_tensor and
+reduce_scatter_tensor (FSDP2's training), gather, and also scatter, reduce and all_to_all
+(``AsyncScatterCUDAWork``, ``AsyncReduceCUDAWork``, ``AsyncAlltoallCUDAWork`` in
+libtorch_cpu.so; the scripts here do not use those three). A barrier carries no tensor.
+The H200 recording (torch 2.11) ran the GPU lane's shared-mode cases (chapters 01-17)
+through these.
 
 The others must be given CPU tensors, so this module routes them through the CPU
 (``CPU_ROUTED``, ``collective_device()``):
@@ -55,7 +58,8 @@ CPU_ROUTED: dict[str, str] = {
     "full_state_dict": "get_model_state_dict(full_state_dict=True) gathers DTensors (full_tensor's way)",
     "all_reduce_coalesced": "CPU tensors only in gloo (RuntimeError: unsupported device type)",
 }
-# ops gloo runs on CUDA tensors (through pinned host buffers): they stay on the job's device
+# ops gloo runs on CUDA tensors (through pinned host buffers; a barrier holds no tensor): they stay on
+# the job's device
 ON_DEVICE: frozenset[str] = frozenset({
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "gather", "barrier",

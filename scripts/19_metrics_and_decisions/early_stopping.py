@@ -158,11 +158,10 @@ def main() -> None:
 
     # 2. Training runs in a group of its own whose collectives give up after --timeout
     #    (chapter 09); DDP takes it as process_group, and its gradient all-reduces run in it.
-    #    The group's own set-up and DDP's first collectives wait under that timeout too: so
-    #    every rank meets first, under the job's longer one, with the slow work done (DDP's
-    #    constructor imports torch._dynamo, imported above): on a loaded machine a rank
-    #    that lags by more than --timeout would otherwise end them before training.
-    dist.barrier()
+    #    The group's own set-up and DDP's first collectives wait under that timeout too:
+    #    timeout_group lets every rank meet first, under the job's longer one, with the slow
+    #    work done (DDP's constructor imports torch._dynamo, imported above): on a loaded
+    #    machine a rank that lags by more than --timeout would otherwise end them early.
     train_group, device = timeout_group(ctx, args.timeout, expect_failure=args.variant == "bad")
     torch.manual_seed(args.seed)
     plain = nn.Sequential(nn.Linear(NUM_FEATURES, 256), nn.ReLU(), nn.Linear(256, NUM_CLASSES)).to(device)
