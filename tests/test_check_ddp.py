@@ -201,6 +201,41 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
     assert findings(PROJECT / "clean_train.py") == []
 
 
+def test_shapes_of_the_third_review():
+    """A fresh review's false alarms and misses, each a fixture of our own. Quiet: a rank
+    compared with -1 or on the line between -1 and 0 (`local_rank >= 0`), a counter restored
+    from a file every rank reads (a loss written with the json module does not make json a
+    value of this rank), a save in the branch where the model was never compiled
+    (clean_review5.py), an exact evaluation split returned beside a training sampler, and a
+    loader helper that makes its own sampler (project/train_review5.py). Said: the step skipped
+    with `continue` until the last micro-batch, a resume checkpoint of DDP(torch.compile(m))
+    loaded back into the wrapper as a note (review5.py), a per-rank worker that starts nccl in
+    a file with no `__main__` (review5_worker.py; a setup helper alone stays quiet), a step
+    helper told to step every few micro-batches and a wrapper a helper returns in a tuple."""
+    def flag(source):
+        return check_ddp.is_flag_test(ast.parse(source, mode="eval").body)
+
+    assert all(map(flag, ("local_rank >= 0", "0 <= args.local_rank", "rank < 0", "rank != -1", "rank > -1")))
+    assert not any(map(flag, ("rank > 0", "local_rank <= 0", "rank == 0", "0 < rank", "rank >= 1")))
+    review = FIXTURES / "review5.py"
+    assert sorted(expected_in(review)) == [(35, "DDP050", False), (41, "DDP041", True)]
+    assert found_in(review) == expected_in(review)
+    note = next(f["message"] for f in findings(review) if f["code"] == "DDP041")
+    assert note.endswith("a plain model cannot: save model.module._orig_mod.state_dict()"), note
+    worker = FIXTURES / "review5_worker.py"
+    assert found_in(worker) == expected_in(worker) == {(18, "DDP131", False)}
+    for name in ("clean_review5.py", "clean_review5_helpers.py"):
+        assert findings(FIXTURES / name) == [], name
+    train = PROJECT / "train_review5.py"
+    assert found_in(train) == expected_in(train)
+    assert sorted(code for _, code, _ in expected_in(train)) == ["DDP041", "DDP050"]
+    messages = {f["code"]: f["message"] for f in findings(train)}
+    assert messages["DDP050"].startswith(
+        "apply_gradients() runs backward() on every micro-batch and steps when told, every few")
+    assert messages["DDP041"].startswith(
+        "model is the DDP wrapper: its state_dict()'s keys start with 'module.'")
+
+
 def write_project(root, files):
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)

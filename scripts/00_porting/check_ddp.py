@@ -268,12 +268,20 @@ def is_rank_word(name):
 
 
 def is_flag_test(node):
-    """`RANK != -1`, `args.local_rank == -1`, `args.gpu is None`, `"RANK" in os.environ`: whether
-    the job is distributed, the same answer on every rank."""
+    """`RANK != -1`, `args.local_rank == -1`, `args.local_rank >= 0`, `args.gpu is None`,
+    `"RANK" in os.environ`: whether the job is distributed, the same answer on every rank. A
+    rank compared with -1 (the value of no launcher), or on the line between -1 and 0 (`>= 0`,
+    `< 0`): every launched rank is on the same side of it."""
     if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
         return False
     left, op, right = node.left, node.ops[0], node.comparators[0]
     if is_minus_one(left) or is_minus_one(right):
+        return True
+    zero = isinstance(right, ast.Constant) and right.value == 0 and not isinstance(right.value, bool)
+    if zero and isinstance(op, (ast.GtE, ast.Lt)):  # rank >= 0, rank < 0 (not rank > 0: the others)
+        return True
+    if isinstance(left, ast.Constant) and left.value == 0 and not isinstance(left.value, bool) \
+            and isinstance(op, (ast.LtE, ast.Gt)):  # 0 <= rank, 0 > rank
         return True
     if isinstance(op, (ast.Is, ast.IsNot)) and (is_false(left) or is_false(right)):
         return True
@@ -859,14 +867,18 @@ class Checker:
             for target in targets:
                 if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
                     pairs = list(zip(target.elts, value.elts, strict=False))
-                elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and self.callee(value):
-                    returned = [r.value for r in ast.walk(self.callee(value))
+                elif isinstance(target, ast.Tuple) and isinstance(value, ast.Call) and (
+                        self.callee(value) or (not self.module and self.external(value))):
+                    # a, b = build(...): each name what its part of the returned tuple holds, in the
+                    # function of this file or of the project (model, optimizer = wrap(...))
+                    checker, function = (self, self.callee(value)) if self.callee(value) \
+                        else self.external(value)
+                    returned = [r.value for r in ast.walk(function)
                                 if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)]
                     pairs = [(t, r.elts[i]) for r in returned[:1] for i, t in enumerate(target.elts)
                              if i < len(r.elts)]
-                    scope_of_value = self.callee(value)
                     for t, v in pairs:
-                        self._bind(t, self.value_kinds(v, v.lineno, scope_of_value), node, scope, v)
+                        self._bind(t, checker.value_kinds(v, v.lineno, function), node, scope, v)
                     continue
                 else:
                     pairs = [(target, value)]
@@ -888,9 +900,9 @@ class Checker:
                 inner = (inner or set()) | self.value_kinds(wrapped.args[0], node.lineno - 1, scope)
         if key.startswith(("self.", "cls.")):
             scope = self.class_of(scope) or scope
-        self.bindings.setdefault(key, []).append((kinds, node.lineno, scope))
+        self.bindings.setdefault(key, []).append((kinds, node.lineno, scope, node))
         if inner is not None:
-            self.bindings.setdefault(key + ".module", []).append((inner, node.lineno, scope))
+            self.bindings.setdefault(key + ".module", []).append((inner, node.lineno, scope, node))
 
     def value_kinds(self, value, line, scope):
         kinds = set()
@@ -946,12 +958,20 @@ class Checker:
         entries = self.bindings.get(key, [])
         if key.startswith(("self.", "cls.")):
             cls = next((a for a in [scope, *self.ancestors(scope)] if isinstance(a, ast.ClassDef)), None)
-            return {k for kinds, _, where in entries if where is cls for k in kinds}
+            return {k for kinds, _, where, _ in entries if where is cls for k in kinds}
         chain = self.enclosing(scope)
-        own = [kinds for kinds, at_line, where in entries if where is scope and at_line <= line]
+        own = [kinds for kinds, at_line, where, _ in entries if where is scope and at_line <= line]
         if own:
             return {k for kinds in own for k in kinds}  # any branch's binding: it may hold any of them
-        return {k for kinds, _, where in entries if where in chain[1:] for k in kinds}
+        if isinstance(scope, FUNCTION) and key in self.params(scope) and hasattr(self, "sites"):
+            # a parameter: what the file's calls pass it (once every binding is known)
+            memo = ("param_kinds", scope, key)
+            if memo not in self._memo:
+                self._memo[memo] = set()  # a recursive call: nothing
+                self._memo[memo] = {k for value, site in self.arguments_for(scope, key)
+                                    for k in self.value_kinds(value, site.lineno, self.function_of(site))}
+            return self._memo[memo]
+        return {k for kinds, _, where, _ in entries if where in chain[1:] for k in kinds}
 
     def assigned(self, name, scope):
         """The values assigned to `name` in `scope` and the scopes around it."""
@@ -1358,6 +1378,8 @@ class Checker:
                 continue
             if keyword(call, "generator") is not None:
                 continue  # an order of its own, chosen on purpose (a reference run every rank repeats)
+            if name != "DataLoader" and self.builds_sampler(call):
+                continue  # create_data_loader(ds, shuffle=True): a helper that gives it a sampler
             dataset = call.args[0] if call.args else keyword(call, "dataset")
             origin = self.data_origin(dataset, self.function_of(call))
             if origin == "split":
@@ -1373,6 +1395,20 @@ class Checker:
                 self.add("DDP010", call, f"{name}(shuffle=...) without a sampler, over a data set made "
                          "elsewhere: unless it is split by rank there, every rank iterates over all of it; "
                          "pass sampler=DistributedSampler(dataset)", "note")
+
+    def builds_sampler(self, call):
+        """A loader helper of the file or the project that gives its DataLoader a sampler (a
+        DistributedSampler, or any sampler it passes), itself or through a function it calls."""
+        resolved = self.resolve(call)
+        if resolved is None:
+            return False
+        checker, function = resolved
+        if checker.sampler_made(function):
+            return True
+        return any(isinstance(n, ast.Call) and (
+            last(n) == "DistributedSampler" or (last(n) == "DataLoader" and any(
+                k.arg in ("sampler", "batch_sampler") and not is_false(k.value) for k in n.keywords)))
+            for n in checker.own_nodes(function))
 
     def data_source(self, loop):
         """What a loop reads, if this file shows it: ('loader', DataLoader call), or
@@ -1676,7 +1712,10 @@ class Checker:
                     made_here = self.sampler_in(made, function, depth)
                     if made_here is not None:
                         found.append((made_here[0], "loader" if loader else "sampler", made_here[1]))
-            if loader and not found:  # loader = make_loader(**args): the samplers made on the way
+            if loader and not found and not any(isinstance(v, ast.Call) and last(v) == "DataLoader"
+                                                for v in values):
+                # loader = make_loader(**args): the samplers made on the way; not where the
+                # returned DataLoader is in sight, with its own sampler (an exact split) or none
                 for made in self.own_nodes(function):
                     if isinstance(made, ast.Call) and (made_here := self.sampler_in(made, function, depth)):
                         found.append((made_here[0], "loader", made_here[1]))
@@ -2262,20 +2301,26 @@ class Checker:
             for state in states:
                 owner = state.func.value if isinstance(state.func, ast.Attribute) else None
                 kinds = self.kinds_of(owner, call.lineno, scope) if owner is not None else set()
-                if "compile" in kinds:
+                outer = self.outermost(owner, call.lineno, scope)
+                if "compile" in kinds and not self.never_compiled(state) and not (
+                        "ddp" in kinds and outer == "ddp"):
                     self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
                              "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
-                elif "ddp" in kinds and self.resumed(owner) and not self.loaded_plain(state):
-                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its state_dict()'s "
-                             "keys start with 'module.'; this file loads them back into the wrapper, but a "
-                             f"plain model cannot: save {ast.unparse(owner)}.module.state_dict()", "note")
                 elif "ddp" in kinds:
-                    self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its "
-                             "state_dict()'s keys start with 'module.'; save "
-                             f"{ast.unparse(owner)}.module.state_dict()")
+                    inside = f"{ast.unparse(owner)}.module"  # DDP(torch.compile(m)): '_orig_mod.' next
+                    held = ast.Attribute(value=owner, attr="module")
+                    if "compile" in self.kinds_of(held, call.lineno, scope):
+                        inside += "._orig_mod"
+                    if self.resumed(owner) and not self.loaded_plain(state):
+                        self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its "
+                                 "state_dict()'s keys start with 'module.'; this file loads them back into "
+                                 f"the wrapper, but a plain model cannot: save {inside}.state_dict()", "note")
+                    else:
+                        self.add("DDP041", state, f"{ast.unparse(owner)} is the DDP wrapper: its "
+                                 f"state_dict()'s keys start with 'module.'; save {inside}.state_dict()")
             target = self.callee(call)
             helper = self.saver(target) if target is not None else None
-            if not saved or not (name in ("torch.save", "save") or helper is not None):
+            if not saved or not ((name in ("torch.save", "save") and target is None) or helper is not None):
                 continue
             if sharded and not all(
                 self.full_state(state) or self.of_ddp(state, call.lineno) for state in states
@@ -2296,6 +2341,50 @@ class Checker:
                 whole = " (the whole module)" if all(kind == "module" for kind, _ in saved) else ""
                 self.add("DDP040", call, f"torch.save{whole} runs on every rank: N processes write the same "
                          "file; save on rank 0 alone (if rank == 0:), then dist.barrier()")
+
+    def outermost(self, owner, line, scope):
+        """'ddp' or 'compile': what the last binding of `owner` before `line` made, where it
+        is one of them: `model = DDP(torch.compile(model))` is a wrapper whose keys start with
+        'module.', `model = torch.compile(DDP(model))` a compiled model ('_orig_mod.')."""
+        entries = self.bindings.get(dotted(owner), [])
+        for where in self.enclosing(scope):
+            own = [(kinds, node) for kinds, at, at_scope, node in entries if at_scope is where and at <= line]
+            if not own:
+                continue
+            # the bindings still live here: not followed by one that runs whenever they run
+            live = [kinds & {"ddp", "compile"} for i, (kinds, node) in enumerate(own)
+                    if not any(self.runs_whenever(later, node) for _, later in own[i + 1:])]
+            outer = {k for kinds in live for k in kinds} if all(len(k) <= 1 for k in live) else set()
+            return next(iter(outer)) if len(outer) == 1 else None
+        return None
+
+    def runs_whenever(self, later, earlier):
+        """`later` runs in every run where `earlier` runs: each if around it is around `earlier`
+        too, on the same side."""
+        around = {(id(test), side) for test, side in self.conditions(earlier)}
+        return all((id(test), side) in around for test, side in self.conditions(later))
+
+    def conditions(self, node):
+        """(test, side) of every if around `node`: side True in its body, False in its else."""
+        out, child = [], node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and child is not ancestor.test:
+                body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
+                out.append((ancestor.test, any(child is b for b in body)))
+            child = ancestor
+        return out
+
+    def exclusive(self, a, b):
+        """`a` and `b` never run in one run: one in `if T:`, the other in its else (or in `if
+        not T:`)."""
+        return any((ast.dump(ta) == ast.dump(tb) and sa != sb) or (negates(ta, tb) and sa == sb)
+                   for ta, sa in self.conditions(a) for tb, sb in self.conditions(b))
+
+    def never_compiled(self, node):
+        """Every torch.compile of the file is in a branch that excludes `node`'s: `if not
+        args.no_compile: model = torch.compile(model)`, the save in the `else` of that test."""
+        compiles = [c for c in self.calls if self.call_kind(c) == "compile"]
+        return bool(compiles) and all(self.exclusive(c, node) for c in compiles)
 
     def full_state(self, state_call):
         """Inside `with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)`: the whole
@@ -2357,12 +2446,19 @@ class Checker:
                     "last in model.no_sync()",
                 )
                 continue
+            gated = next((c for c in calls if self.steps_when_told(c)), None)
+            if gated is not None:  # optimizer_step(loss, ..., is_update=step % k == 0)
+                self.add("DDP050", gated, f"{last(gated)}() runs backward() on every micro-batch and steps "
+                         "when told, every few: each backward() all-reduces; wrap all but the last in "
+                         "model.no_sync()")
+                continue
             if not backwards:
                 continue
             steps = [c for c in calls if self.is_optimizer_step(c) or self.reaches(c, "is_optimizer_step")]
             if steps:
                 accumulating = all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
-                                       for a in self.between(s, loop)) for s in steps)
+                                       for a in self.between(s, loop)) or self.skipped_before(s, loop)
+                                   for s in steps)
             else:  # no step inside: micro-batches, with the step after the loop
                 words = ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test) + (
                     ast.unparse(loop.target) if isinstance(loop, ast.For) else "")
@@ -2370,6 +2466,40 @@ class Checker:
             if accumulating:
                 self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
                          "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
+
+    def skipped_before(self, step, loop):
+        """`if step % k != 0: continue` earlier in the loop: the step runs every few micro-batches."""
+        return any(isinstance(n, ast.If) and self.counts_steps(n.test) and n.body
+                   and isinstance(n.body[-1], ast.Continue) and self.loop_of(n.body[-1]) is loop
+                   and n.end_lineno < step.lineno for s in loop.body for n in ast.walk(s))
+
+    def steps_when_told(self, call):
+        """A function of the file or the project that runs backward() and steps the optimizer
+        only under a test of one of its parameters, given a value that counts micro-batches
+        there (`is_update=step % k == 0`, or a name assigned one)."""
+        resolved = self.resolve(call)
+        if resolved is None:
+            return False
+        checker, function = resolved
+        own = checker.own_nodes(function)
+        if not any(isinstance(n, ast.Call) and checker.is_backward(n) for n in own):
+            return False
+        params = checker.params(function)
+        gates = set()
+        for step in (n for n in own if isinstance(n, ast.Call) and checker.is_optimizer_step(n)):
+            tests = [a.test for a in checker.between(step, function) if isinstance(a, ast.If)]
+            names = {t.id for t in tests if isinstance(t, ast.Name) and t.id in params}
+            if not names:
+                return False  # a step on every call
+            gates |= names
+        scope = self.function_of(call)
+        for name in gates:
+            value = checker.passed(function, call, name, caller=self)
+            values = [value] + (self.assigned(value.id, scope) if isinstance(value, ast.Name) else [])
+            if value is not None and not isinstance(value, ast.Constant) and any(
+                    self.counts_steps(v) for v in values):
+                return True
+        return False
 
     def step_after(self, loop):
         """An optimizer step after the loop, in the loop or function around it."""
@@ -2738,7 +2868,7 @@ class Checker:
         return out
 
     def rule_nccl_device(self):
-        if any(last(c) == "set_device" for c in self.calls) or self.library or any(
+        if any(last(c) == "set_device" for c in self.calls) or (self.library and not self.worker()) or any(
                 self.external(c) and self.reaches(c, "is_set_device") for c in self.calls):
             return  # set before the first collective, or after init_process_group: either works
         for call in self.calls:
@@ -2751,6 +2881,14 @@ class Checker:
             self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device: every "
                      "rank's current GPU is GPU 0, where the *_object collectives put their tensors; call "
                      "torch.cuda.set_device(local_rank) before init_process_group")
+
+    def worker(self):
+        """A function of this file that starts the group (itself or through a function it
+        calls) and wraps the model in DDP: the whole per-rank worker, as `mp.spawn(train_fn)`
+        runs it in a fresh process. No caller can set its device first: the fix is here."""
+        return any(self._follow(function, "is_group_start") is not None
+                   and any(self.function_of(call) is function for call in self.ddp_calls)
+                   for function in self.functions.values())
 
     def rule_zero(self):
         if "consolidate_state_dict" in self.attrs:
@@ -3101,6 +3239,8 @@ class Checker:
                 call = node.value
                 owner = call.func.value if isinstance(call.func, ast.Attribute) else call.func
                 name = dotted(owner)
+                if name.split(".")[0] in self.imports:
+                    continue  # json.dump(loss, f), logging.info(loss): a module, no state of the run
                 if name and name not in local and name not in synced and any(
                         self.local_in(a, scope, local, synced)
                         for a in list(call.args) + [k.value for k in call.keywords]):
