@@ -21,7 +21,7 @@ Run it:
         --monitor-dir monitor/                                                  # on GPUs
 The pitfall as the chapter shows it on CPUs: ResNet-18, and every image read waits 30 ms:
     torchrun --standalone --nproc_per_node=2 scripts/12_scaling_and_performance/train_ddp.py \\
-        --model resnet18 --variant bad --epochs 1 --steps-per-epoch 8 --read-latency-ms 30
+        --model resnet18 --variant bad --epochs 1 --steps-per-epoch 5 --ceiling-steps 2 --read-latency-ms 30
 """
 
 import os
