@@ -26,6 +26,15 @@ the checker follows them): --fetch-list prints both. Each file is checked in the
 repository (--alone: by itself). Without the folder the script says so and exits 0: the test
 suite does not need the corpus. Findings no row labels are added by --record as UNLABELLED
 rows: label them by hand (true/false/note and a reason) before the table is made.
+
+tests/check_corpus_review5.tsv holds a third fresh review's 15 files (set review5), labelled
+by the reviewer, in the same columns: `before` is what the reviewed version (f69ac21) said,
+`after` this one, which was fixed after that review (not a blind measure); `alone` is not
+measured there. Its folder is REVIEW_DIR/owner__name/path, each file in its whole repository:
+
+    python tests/check_corpus.py REVIEW_DIR --labels tests/check_corpus_review5.tsv
+    python tests/check_corpus.py --labels tests/check_corpus_review5.tsv --review-table \
+        > tests/check_corpus_review5.md
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "tests" / "check_corpus.tsv"
+REVIEW = REPO / "tests" / "check_corpus_review5.tsv"  # a fresh review's 15 files: f69ac21, then now
+REVIEW_VERSIONS = (("before", "f69ac21, the review's run"),
+                   ("after", "now (not blind: fixed after this review)"))
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
 WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(")
@@ -228,6 +240,32 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out + ["<!-- --8<-- [end:files] -->"]) + "\n"
 
 
+def review_table(rows: list[dict]) -> str:
+    """The markdown of a review's label file: its numbers for the reviewed version and this
+    one, then one line per file (two snippet sections, as table() makes)."""
+    out = ["<!-- --8<-- [start:numbers] -->",
+           "| version | errors and warnings (true, false) | notes (right, wrong) | pitfalls missed "
+           "| precision | recall |",
+           "|---|---|---|---|---|---|"]
+    for column, name in REVIEW_VERSIONS:
+        t = tally(rows, column)
+        false = t["flagged"] - t["flagged_true"]
+        notes = f"{t['notes']} ({t['notes'] - t['notes_false']}, {t['notes_false']})"
+        out.append(f"| {name} | {t['flagged']} ({t['flagged_true']}, {false}) | {notes} | "
+                   f"{t['missed']} of {t['pitfalls']} | "
+                   f"{ratio(t['flagged_true'], t['flagged'])} | "
+                   f"{ratio(t['pitfalls'] - t['missed'] - t['as_note'], t['pitfalls'])} |")
+    out += ["<!-- --8<-- [end:numbers] -->", "<!-- --8<-- [start:files] -->",
+            "| repository | commit | path | now | f69ac21 |", "|---|---|---|---|---|"]
+    files = {}
+    for row in rows:
+        files.setdefault((row["repo"], row["commit"], row["path"]), []).append(row)
+    for (repo, commit, path), labels in files.items():
+        out.append(f"| {repo} | `{commit[:10]}` | `{path}` | {cell(labels, 'after')} | "
+                   f"{cell(labels, 'before')} |")
+    return "\n".join(out + ["<!-- --8<-- [end:files] -->"]) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -254,6 +292,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modules", type=Path, default=MODULES,
                         help="the modules each file imports (default: %(default)s)")
     parser.add_argument("--table", action="store_true", help="print the markdown table of the label file")
+    parser.add_argument("--review-table", action="store_true",
+                        help="print the markdown table of a review's label file (its two versions)")
     parser.add_argument(
         "--fetch-list", action="store_true", help="print repository, commit and path of each file"
     )
@@ -266,8 +306,8 @@ def main(argv=None) -> int:
         for repo, commit, path in wanted:
             print(f"{repo}\t{commit}\t{path}\t-> {repo.replace('/', '__')}/{path}")
         return 0
-    if args.table:
-        print(table(rows), end="")
+    if args.table or args.review_table:
+        print((review_table if args.review_table else table)(rows), end="")
         return 0
     if args.corpus is None or not args.corpus.is_dir():
         print(

@@ -506,6 +506,25 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     assert "\t79\tDDP040" not in capsys.readouterr().out
 
 
+def test_the_third_reviews_files_are_labelled_and_tabled():
+    """tests/check_corpus_review5.tsv: a fresh review's 15 files, labelled by the reviewer,
+    with what the reviewed version (f69ac21) and this one said; docs/check.md includes the
+    table made from it, and the table is the label file's."""
+    spec = importlib.util.spec_from_file_location("check_corpus", REPO / "tests" / "check_corpus.py")
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    rows = corpus.read_labels(corpus.REVIEW)
+    assert len({(r["repo"], r["path"]) for r in rows}) == 15 and {r["set"] for r in rows} == {"review5"}
+    assert {r["label"] for r in rows} <= {"true", "false", "note", "clean"} and all(r["reason"] for r in rows)
+    before, after = corpus.tally(rows, "before"), corpus.tally(rows, "after")
+    assert (before["flagged"], before["flagged_true"], before["pitfalls"]) == (20, 15, 26)  # the review's own
+    assert after["flagged"] == after["flagged_true"]  # no false alarm left on these files
+    assert (REPO / "tests" / "check_corpus_review5.md").read_text() == corpus.review_table(rows)
+    page = (REPO / "docs" / "check.md").read_text()
+    for part in ("numbers", "files"):
+        assert f'--8<-- "tests/check_corpus_review5.md:{part}"' in page
+
+
 # --------------------------------------------------------------------------- preflight
 def assert_preflight_ok(output: str, launcher: str, world: int, nodes: int = 1) -> None:
     header = f"preflight: launcher={launcher} world_size={world} nodes={nodes} backend=gloo rendezvous="
