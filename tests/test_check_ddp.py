@@ -205,13 +205,15 @@ def test_shapes_of_the_third_review():
     """A fresh review's false alarms and misses, each a fixture of our own. Quiet: a rank
     compared with -1 or on the line between -1 and 0 (`local_rank >= 0`), a counter restored
     from a file every rank reads (a loss written with the json module does not make json a
-    value of this rank), a save in the branch where the model was never compiled
-    (clean_review5.py), an exact evaluation split returned beside a training sampler, and a
-    loader helper that makes its own sampler (project/train_review5.py). Said: the step skipped
-    with `continue` until the last micro-batch, a resume checkpoint of DDP(torch.compile(m))
-    loaded back into the wrapper as a note (review5.py), a per-rank worker that starts nccl in
-    a file with no `__main__` (review5_worker.py; a setup helper alone stays quiet), a step
-    helper told to step every few micro-batches and a wrapper a helper returns in a tuple."""
+    value of this rank), a save in the branch where the model was never compiled, a batch
+    skipped whole before its backward() (clean_review5.py), an exact evaluation split returned
+    beside a training sampler, and a loader helper that makes its own DistributedSampler
+    (project/train_review5.py). Said: the step skipped with `continue` until the last
+    micro-batch, a resume checkpoint of DDP(torch.compile(m)) loaded back into the wrapper as a
+    note (review5.py), a per-rank worker that starts nccl and trains in a file with no
+    `__main__` (review5_worker.py; a setup helper, or one that also wraps and returns, stays
+    quiet), a step helper told to step every few micro-batches, a wrapper a helper returns in
+    a tuple, and a loader helper whose sampler is a RandomSampler."""
     def flag(source):
         return check_ddp.is_flag_test(ast.parse(source, mode="eval").body)
 
@@ -228,7 +230,7 @@ def test_shapes_of_the_third_review():
         assert findings(FIXTURES / name) == [], name
     train = PROJECT / "train_review5.py"
     assert found_in(train) == expected_in(train)
-    assert sorted(code for _, code, _ in expected_in(train)) == ["DDP041", "DDP050"]
+    assert sorted(code for _, code, _ in expected_in(train)) == ["DDP010", "DDP041", "DDP050"]
     messages = {f["code"]: f["message"] for f in findings(train)}
     assert messages["DDP050"].startswith(
         "apply_gradients() runs backward() on every micro-batch and steps when told, every few")

@@ -1397,17 +1397,18 @@ class Checker:
                          "pass sampler=DistributedSampler(dataset)", "note")
 
     def builds_sampler(self, call):
-        """A loader helper of the file or the project that gives its DataLoader a sampler (a
-        DistributedSampler, or any sampler it passes), itself or through a function it calls."""
+        """A loader helper of the file or the project that makes a sampler that splits the
+        data by rank: a DistributedSampler (or a padding one of the project, also through a
+        function it calls), or a sampler class given the rank. A RandomSampler is no split."""
         resolved = self.resolve(call)
         if resolved is None:
             return False
         checker, function = resolved
         if checker.sampler_made(function):
             return True
-        return any(isinstance(n, ast.Call) and (
-            last(n) == "DistributedSampler" or (last(n) == "DataLoader" and any(
-                k.arg in ("sampler", "batch_sampler") and not is_false(k.value) for k in n.keywords)))
+        return any(isinstance(n, ast.Call) and last(n).endswith("Sampler") and (
+            "Distributed" in last(n) or any(checker.rank_atom(a) for v in list(n.args) + [
+                k.value for k in n.keywords] for a in ast.walk(v)))
             for n in checker.own_nodes(function))
 
     def data_source(self, loop):
@@ -2457,8 +2458,8 @@ class Checker:
             steps = [c for c in calls if self.is_optimizer_step(c) or self.reaches(c, "is_optimizer_step")]
             if steps:
                 accumulating = all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
-                                       for a in self.between(s, loop)) or self.skipped_before(s, loop)
-                                   for s in steps)
+                                       for a in self.between(s, loop))
+                                   or self.skipped_before(s, loop, backwards) for s in steps)
             else:  # no step inside: micro-batches, with the step after the loop
                 words = ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test) + (
                     ast.unparse(loop.target) if isinstance(loop, ast.For) else "")
@@ -2467,10 +2468,12 @@ class Checker:
                 self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
                          "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
 
-    def skipped_before(self, step, loop):
-        """`if step % k != 0: continue` earlier in the loop: the step runs every few micro-batches."""
+    def skipped_before(self, step, loop, backwards):
+        """`if step % k != 0: continue` between a backward() and the step: the backward runs
+        on every micro-batch, the step every few (not a batch skipped whole, before both)."""
         return any(isinstance(n, ast.If) and self.counts_steps(n.test) and n.body
                    and isinstance(n.body[-1], ast.Continue) and self.loop_of(n.body[-1]) is loop
+                   and any(b.lineno < n.lineno for b in backwards)
                    and n.end_lineno < step.lineno for s in loop.body for n in ast.walk(s))
 
     def steps_when_told(self, call):
@@ -2884,10 +2887,12 @@ class Checker:
 
     def worker(self):
         """A function of this file that starts the group (itself or through a function it
-        calls) and wraps the model in DDP: the whole per-rank worker, as `mp.spawn(train_fn)`
-        runs it in a fresh process. No caller can set its device first: the fix is here."""
+        calls), wraps the model in DDP and trains it: the whole per-rank worker, as
+        `mp.spawn(train_fn)` runs it in a fresh process. No caller can set its device first:
+        the fix is here (not so for a helper that starts the group and wraps, and returns)."""
         return any(self._follow(function, "is_group_start") is not None
                    and any(self.function_of(call) is function for call in self.ddp_calls)
+                   and self._follow(function, "is_backward") is not None  # it trains, too
                    for function in self.functions.values())
 
     def rule_zero(self):

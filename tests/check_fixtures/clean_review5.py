@@ -1,7 +1,8 @@
 """Right code that a fresh review found flagged, for tests/test_check_ddp.py (no finding, no
 note): `local_rank >= 0` says whether the job was launched at all (the same on every rank);
 a step counter restored from a file every rank reads, where a loss is also written with the
-json module; a checkpoint saved in the branch where the model was never compiled. Written
+json module; a checkpoint saved in the branch where the model was never compiled; a batch
+skipped whole with `continue`, before its backward(). Written
 for the tests; never run: it only has to parse."""
 
 import argparse
@@ -50,6 +51,12 @@ def main():
             if dist.get_rank() == 0:
                 with open("log.json", "w") as log:
                     json.dump({"loss": loss.item(), "update_step": update_step}, log)
+    for i, (x, y) in enumerate(loader):  # every other batch, whole: no micro-batches
+        if i % 2 != 0:
+            continue
+        nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
     if dist.get_rank() == 0:
         if args.compile:
             weights = model.module._orig_mod.state_dict()

@@ -1,7 +1,8 @@
 """The shapes behind a fresh review's false alarms and misses that live in the project's
 helpers (helpers/pipelines.py), for tests/test_check_ddp.py. An evaluation loader on an
 exact split, returned beside a training loader on a DistributedSampler (no DDP031). A loader
-helper that makes its own DistributedSampler (no DDP010). A wrapper returned in a tuple,
+helper that makes its own DistributedSampler (no DDP010), but one that makes a RandomSampler
+is no split (DDP010). A wrapper returned in a tuple,
 its state_dict() saved by a function it is given to (DDP041). A step helper told to step
 every few micro-batches (DDP050). Exactly the `# expect:` lines. Written for the tests;
 never run: it only has to parse."""
@@ -11,7 +12,13 @@ import os
 import torch
 import torch.distributed as dist
 from helpers.engine import evaluate
-from helpers.pipelines import apply_gradients, build_train_and_eval, parallelize, sharded_loader
+from helpers.pipelines import (
+    apply_gradients,
+    build_train_and_eval,
+    parallelize,
+    sharded_loader,
+    shuffled_loader,
+)
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -28,6 +35,7 @@ def main(epochs, accumulation):
     train_set, val_set, train_loader, val_loader = build_train_and_eval(train_set, val_set, world_size, rank)
     extra_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
     extra_sampler, extra_loader = sharded_loader(extra_set, 8, rank, world_size, shuffle=True)
+    whole_loader = shuffled_loader(extra_set, 8, shuffle=True)  # expect: DDP010
     net = nn.Linear(8, 2)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     model, optimizer = parallelize(net, optimizer, int(os.environ["LOCAL_RANK"]))
@@ -40,7 +48,7 @@ def main(epochs, accumulation):
             loss = nn.functional.cross_entropy(model(x), y) / accumulation
             update = step % accumulation == 0
             apply_gradients(loss, optimizer, model, do_step=update)  # expect: DDP050
-        for x, y in extra_loader:
+        for x, y in list(extra_loader) + list(whole_loader):
             apply_gradients(nn.functional.cross_entropy(model(x), y), optimizer, model)
         print(evaluate(model, val_loader))
     if rank == 0:

@@ -1,10 +1,10 @@
 """Builders that return tuples, for train_review5.py: a training loader on a
-DistributedSampler beside an evaluation loader on an exact split, a loader helper that
-makes its own sampler, a wrap helper that returns the wrapper with the optimizer, and a
-step helper that steps only when told."""
+DistributedSampler beside an evaluation loader on an exact split, a loader helper that makes
+its own DistributedSampler and one that makes a RandomSampler, a wrap helper that returns the
+wrapper with the optimizer, and a step helper that steps only when told."""
 
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 from helpers.samplers import ExactShardSampler
 
@@ -22,6 +22,11 @@ def sharded_loader(dataset, batch_size, rank, world_size, shuffle):
     if shuffle:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
     return sampler, DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def shuffled_loader(dataset, batch_size, shuffle):
+    sampler = RandomSampler(dataset) if shuffle else None  # every rank: the whole data set
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
 def parallelize(model, optimizer, device):
