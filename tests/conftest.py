@@ -416,7 +416,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 # `make test-quick` (pytest -m quick): the tests that launch nothing, and one launch of each
-# chapter's pitfall, for the inner loop. `make test` runs everything, quick ones included.
+# chapter's pitfall (its bad run alone: the tests that set it beside the good run launch both),
+# for the inner loop. `make test` runs everything, quick ones included.
 QUICK_FILES = {"test_distributed_setup.py", "test_captured_outputs.py", "test_harness.py",
                "test_gpu_outputs.py"}
 # ... but not these of QUICK_FILES: they wait out a timeout on purpose (about 28 s together).
@@ -428,25 +429,25 @@ NOT_QUICK = {
 }
 QUICK_TESTS = {
     "test_00_porting.py::test_torchrun_trains_and_only_rank_0_prints",
-    "test_01_data_parallel_ddp.py::test_pitfall_without_sampler_every_rank_trains_on_everything",
-    "test_02_collectives.py::test_pitfall_skipped_all_reduce_times_out_and_the_fix_completes",
-    "test_03_distributed_sampler.py::test_without_set_epoch_every_epoch_repeats_the_order_with_set_epoch_it_changes",
+    "test_01_data_parallel_ddp.py::test_bad_without_sampler_every_rank_trains_on_the_whole_data_set",
+    "test_02_collectives.py::test_bad_skipped_all_reduce_ends_at_the_timeout_with_its_cause",
+    "test_03_distributed_sampler.py::test_bad_without_set_epoch_every_epoch_repeats_the_order",
     "test_04_logging_and_checkpoints.py::test_bad_saves_module_keys_and_a_plain_model_cannot_load_them",
-    "test_05_gradient_accumulation.py::test_pitfall_without_no_sync_all_reduces_every_micro_batch",
-    "test_06_mixed_precision.py::test_pitfall_fp16_without_grad_scaler_underflows_and_stalls",
-    "test_07_batchnorm_and_buffers.py::test_pitfall_plain_batchnorm_keeps_per_rank_statistics",
+    "test_05_gradient_accumulation.py::test_bad_without_no_sync_all_reduces_every_micro_batch",
+    "test_06_mixed_precision.py::test_bad_fp16_without_grad_scaler_underflows_to_zero",
+    "test_07_batchnorm_and_buffers.py::test_bad_plain_batchnorm_evaluates_differently_on_each_rank",
     "test_08_unused_parameters.py::test_bad_raises_pytorchs_error_and_the_replicas_already_differ",
-    "test_09_uneven_inputs.py::test_pitfall_hangs_until_the_timeout_and_join_finishes",
-    "test_10_communication_overlap.py::test_pitfall_tiny_buckets_all_reduce_every_tensor_alone",
-    "test_11_replica_consistency.py::test_pitfall_model_module_lets_the_replicas_drift_apart",
-    "test_12_scaling_and_performance.py::test_pitfall_starved_loader_waits_for_data_and_workers_feed_it",
+    "test_09_uneven_inputs.py::test_bad_extra_all_reduce_ends_at_the_timeout_with_its_cause",
+    "test_10_communication_overlap.py::test_bad_tiny_buckets_all_reduce_every_tensor_alone",
+    "test_11_replica_consistency.py::test_bad_model_module_lets_the_replicas_drift_apart",
+    "test_12_scaling_and_performance.py::test_bad_starved_loader_waits_for_its_reads_every_step",
     "test_13_debugging.py::test_hang_timeout_ends_it_and_detail_names_the_rank_that_did_not_arrive",
     "test_14_fault_tolerance.py::test_bad_save_killed_mid_write_leaves_a_file_the_restart_cannot_read",
-    "test_15_torch_compile_ddp.py::test_bad_checkpoint_of_the_compiled_wrapper_does_not_load_into_a_plain_model",
+    "test_15_torch_compile_ddp.py::test_other_order_carries_the_prefixes_the_other_way_round",
     "test_16_fsdp.py::test_bad_every_rank_saves_shards_not_a_model",
     "test_17_zero_and_beyond.py::test_bad_save_from_rank_0_alone_loses_the_other_shards",
-    "test_18_transformer.py::test_accumulation_over_micro_batches_of_different_lengths",
-    "test_19_metrics_and_decisions.py::test_bad_mean_of_the_ranks_f1_is_off_and_the_good_counts_match_one_process",
+    "test_18_transformer.py::test_bad_per_rank_mean_over_uneven_token_counts_is_not_one_process_gradient",
+    "test_19_metrics_and_decisions.py::test_bad_mean_of_the_ranks_f1_is_off",
     "test_site.py::test_mkdocs_build_strict",
     "test_site.py::test_every_script_folder_has_its_chapter_in_the_nav",
     "test_site.py::test_numbers_on_a_page_come_from_its_captured_outputs",

@@ -74,14 +74,24 @@ def test_mpiexec_mpich_ppn_form():
                    world_size=4, launcher="mpich")
 
 
+def assert_every_rank_trained_on_everything(bad) -> None:
+    """bad: each of the 2 ranks saw the whole data set, so the job did twice the work."""
+    assert bad.returncode == 0, bad.output
+    assert f"samples per rank per epoch: [{NUM_SAMPLES}, {NUM_SAMPLES}]" in bad.output
+    assert bad.summary()["work"] == "2.00x"
+    assert "WARNING: the ranks processed 2.0x the data set" in bad.output
+
+
+def test_bad_without_sampler_every_rank_trains_on_the_whole_data_set():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_every_rank_trained_on_everything(captured_run("01_basic_bad.txt"))
+
+
 def test_pitfall_without_sampler_every_rank_trains_on_everything(torchrun_2):
     bad, good = captured_run("01_basic_bad.txt"), torchrun_2  # the runs the page shows
-    assert bad.returncode == 0 and good.returncode == 0, bad.output + good.output
-    bad_summary, good_summary = bad.summary(), good.summary()
-    # bad: each of the 2 ranks saw the whole data set, so the job did twice the work ...
-    assert f"samples per rank per epoch: [{NUM_SAMPLES}, {NUM_SAMPLES}]" in bad.output
-    assert bad_summary["work"] == "2.00x"
-    assert "WARNING: the ranks processed 2.0x the data set" in bad.output
+    assert_every_rank_trained_on_everything(bad)
+    assert good.returncode == 0, good.output
+    good_summary = good.summary()
     # ... good: each rank saw its own half, once.
     assert f"samples per rank per epoch: [{NUM_SAMPLES // 2}, {NUM_SAMPLES // 2}]" in good.output
     assert good_summary["work"] == "1.00x"

@@ -25,16 +25,28 @@ def fingerprints(result) -> list[list[str]]:
 
 
 # ------------------------------------------------------------------ pitfall 1: set_epoch
-def test_without_set_epoch_every_epoch_repeats_the_order_with_set_epoch_it_changes():
-    bad = captured_run("03_set_epoch_bad.txt")  # the runs the page shows
-    good = captured_run("03_set_epoch_good.txt")
-    bad_prints, good_prints = fingerprints(bad), fingerprints(good)
-    assert all(len(epoch) == 2 for epoch in bad_prints + good_prints), "one fingerprint per rank"
-    # bad: each rank draws the very same order in every epoch ...
+def assert_same_order_every_epoch(bad) -> None:
+    """bad: each rank draws the very same order in every epoch."""
+    bad_prints = fingerprints(bad)
+    assert all(len(epoch) == 2 for epoch in bad_prints), "one fingerprint per rank"
     assert bad_prints == [bad_prints[0]] * EPOCHS
     assert bad.summary()["orders_per_rank"] == "1"
     assert bad.summary()["same_order_every_epoch"] == "yes"
     assert "WARNING: every rank drew the same shard in the same order" in bad.output
+
+
+def test_bad_without_set_epoch_every_epoch_repeats_the_order():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_same_order_every_epoch(captured_run("03_set_epoch_bad.txt"))
+
+
+def test_without_set_epoch_every_epoch_repeats_the_order_with_set_epoch_it_changes():
+    bad = captured_run("03_set_epoch_bad.txt")  # the runs the page shows
+    good = captured_run("03_set_epoch_good.txt")
+    bad_prints, good_prints = fingerprints(bad), fingerprints(good)
+    assert all(len(epoch) == 2 for epoch in good_prints), "one fingerprint per rank"
+    # bad: each rank draws the very same order in every epoch ...
+    assert_same_order_every_epoch(bad)
     # ... good: a new order every epoch on every rank; epoch 0 is the order bad repeats
     # (set_epoch(0) is the sampler's starting state).
     assert good_prints[0] == bad_prints[0]

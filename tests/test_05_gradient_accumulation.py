@@ -54,6 +54,14 @@ def test_single_process_still_calls_the_hook(variant, allreduces_per_step):
     assert "one process: DDP still calls the hook" in result.output
 
 
+def test_bad_without_no_sync_all_reduces_every_micro_batch():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this
+    chapter. K = 4 all-reduces per optimizer step, counted, and the warning."""
+    bad = captured_run("05_accumulation_bad.txt")
+    assert_accumulated(bad, world_size=2, accumulation_steps=4, launcher="torchrun", allreduces_per_step=4)
+    assert "WARNING: 4 all-reduces per optimizer step where 1 would do" in bad.output
+
+
 def test_pitfall_without_no_sync_all_reduces_every_micro_batch():
     k = 4  # the script's default: the runs the page shows
     bad, good = captured_run("05_accumulation_bad.txt"), captured_run("05_accumulation_good.txt")

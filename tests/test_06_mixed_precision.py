@@ -15,21 +15,30 @@ def percent(value: str) -> float:
     return float(value[:-1])
 
 
-def test_pitfall_fp16_without_grad_scaler_underflows_and_stalls():
-    bad_run = captured_run("06_amp_bad.txt")  # fp16, the default: the runs the page shows
+def assert_underflows(bad_run) -> None:
+    """bad: every gradient element is exactly zero, so the weights never change and the
+    loss of the last epoch equals the first, digit for digit."""
     bad = bad_run.clean_summary()
-    good_run = captured_run("06_amp_good.txt")
-    good = good_run.clean_summary()
-    for summary in (bad, good):
-        assert summary["world_size"] == "2" and summary["launcher"] == "torchrun", summary
-    # bad: every gradient element is exactly zero, so the weights never change and the
-    # loss of the last epoch equals the first, digit for digit.
+    assert bad["world_size"] == "2" and bad["launcher"] == "torchrun", bad
     assert bad["zero_grads"] == "100.0%", bad
     assert bad["final_loss"] == bad["first_loss"], bad
     assert bad["scale"] == "1"  # the factor backward() saw on the loss: no scaling
     assert "WARNING: 100.0% of the gradient elements were exactly zero" in bad_run.output
     assert "dtypes: parameters fp32, logits fp16, loss fp32, gradients fp32" in bad_run.output
     assert "step 1: largest gradient of the logits 0 (" in bad_run.output
+
+
+def test_bad_fp16_without_grad_scaler_underflows_to_zero():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_underflows(captured_run("06_amp_bad.txt"))
+
+
+def test_pitfall_fp16_without_grad_scaler_underflows_and_stalls():
+    bad_run = captured_run("06_amp_bad.txt")  # fp16, the default: the runs the page shows
+    assert_underflows(bad_run)
+    good_run = captured_run("06_amp_good.txt")
+    good = good_run.clean_summary()
+    assert good["world_size"] == "2" and good["launcher"] == "torchrun", good
     # good: the scaled backward pass keeps the gradients, and the model learns.
     assert percent(good["zero_grads"]) < 1.0, good
     assert float(good["final_loss"]) < float(good["first_loss"]) - 0.5, good

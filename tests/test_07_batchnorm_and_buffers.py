@@ -55,7 +55,9 @@ def bad_run():
     return captured_run("07_batchnorm_bad.txt")  # torchrun, 2 ranks: the run the page shows
 
 
-def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
+def assert_per_rank_statistics(bad_run) -> dict[str, str]:
+    """bad: each rank keeps its own running statistics, so the replicas evaluate differently
+    and none of them has the global batch's statistics. Returns its summary."""
     bad = bad_run.clean_summary()
     assert bad["world_size"] == "2" and bad["norm"] == "BatchNorm1d" and bad["broadcast_buffers"] == "no"
     # Each rank's running mean follows its own shard, so the ranks' buffers differ ...
@@ -73,7 +75,16 @@ def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
     for key in REFERENCE_KEYS:
         assert float(bad[key]) > 1e-3, (key, bad)
     assert bad["matches_reference"] == "no"
+    return bad
 
+
+def test_bad_plain_batchnorm_evaluates_differently_on_each_rank(bad_run):
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_per_rank_statistics(bad_run)
+
+
+def test_pitfall_plain_batchnorm_keeps_per_rank_statistics(bad_run):
+    bad = assert_per_rank_statistics(bad_run)
     good_run = captured_run("07_batchnorm_good.txt")
     good = assert_global_batch_statistics(good_run, world_size=2, launcher="torchrun")
     # The same data, normalized alike on every rank: evaluation is better, not only consistent.

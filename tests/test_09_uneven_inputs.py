@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 
+import pytest
 from conftest import captured_run, mpiexec, python, script_help, torchrun
 
 UNEVEN = "09_uneven_inputs/uneven_inputs.py"
@@ -78,10 +79,22 @@ def assert_finished(result, world_size: int, fix: str, launcher: str) -> dict[st
     return summary
 
 
-def test_pitfall_hangs_until_the_timeout_and_join_finishes():
-    bad = torchrun(2, UNEVEN, "--variant", "bad", timeout=90)
-    assert "timeout=5 s" in bad.output  # the bad variant's own default
-    assert_hang_explained(bad, world_size=2, timeout=5, launcher="torchrun")
+@pytest.fixture(scope="module")
+def uneven_bad():
+    """bad under torchrun with its own 5 s default, stderr kept (the page's capture drops it):
+    launched once for the two tests below."""
+    return torchrun(2, UNEVEN, "--variant", "bad", timeout=90)
+
+
+def test_bad_extra_all_reduce_ends_at_the_timeout_with_its_cause(uneven_bad):
+    """The pitfall alone, one launch: `make test-quick`'s test of this chapter."""
+    assert "timeout=5 s" in uneven_bad.output  # the bad variant's own default
+    assert_hang_explained(uneven_bad, world_size=2, timeout=5, launcher="torchrun")
+
+
+def test_pitfall_hangs_until_the_timeout_and_join_finishes(uneven_bad):
+    assert "timeout=5 s" in uneven_bad.output  # the bad variant's own default
+    assert_hang_explained(uneven_bad, world_size=2, timeout=5, launcher="torchrun")
 
     join = captured_run("09_uneven_join.txt")  # the run the page shows
     summary = assert_finished(join, world_size=2, fix="join", launcher="torchrun")

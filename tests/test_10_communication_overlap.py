@@ -26,13 +26,29 @@ def seconds(value: str) -> float:
     return float(value.removesuffix("s"))
 
 
+def assert_one_all_reduce_per_tensor(bad: dict[str, str]) -> None:
+    """bad: every gradient tensor is a bucket, so one all-reduce each, every step (after
+    step 1's single bucket), each but the first layer's launched during backward()."""
+    assert bad["tensors"] == str(TENSORS)
+    assert bad["buckets"] == bad["allreduces_per_step"] == str(TENSORS), bad
+    assert bad["first_steps_allreduces"] == f"1,{TENSORS},{TENSORS}"
+    assert bad["allreduce_bytes_per_step"] == str(GRAD_BYTES)
+    assert bad["launched_during_backward"] == str(TENSORS - 1)
+
+
+def test_bad_tiny_buckets_all_reduce_every_tensor_alone():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_one_all_reduce_per_tensor(summary_of(captured_run("10_buckets_bad.txt"), launcher="torchrun",
+                                                world_size=2))
+
+
 def test_pitfall_tiny_buckets_all_reduce_every_tensor_alone():
     bad = summary_of(captured_run("10_buckets_bad.txt"), launcher="torchrun", world_size=2)  # the page's runs
     good_run = captured_run("10_buckets_good.txt")
     good = summary_of(good_run, launcher="torchrun", world_size=2)
     assert bad["tensors"] == good["tensors"] == str(TENSORS)
     # bad: every gradient tensor is a bucket, so one all-reduce each, every step ...
-    assert bad["buckets"] == bad["allreduces_per_step"] == str(TENSORS), bad
+    assert_one_all_reduce_per_tensor(bad)
     # ... good: DDP's default caps, the first bucket 1 MiB, the rest in a second one.
     assert good["buckets"] == good["allreduces_per_step"] == "2", good
     # Step 1 is one bucket while DDP learns the gradients' order; then the real buckets.

@@ -26,15 +26,12 @@ def table(result) -> list[tuple[int, list[float], float, str]]:
             for step, checksums, difference, verdict in TABLE_ROW.findall(result.output)]
 
 
-def test_pitfall_model_module_lets_the_replicas_drift_apart():
-    bad_run = captured_run("11_bypass_bad.txt")  # torchrun, 2 ranks: the runs the page shows
-    good_run = captured_run("11_bypass_good.txt")
-    bad, good = bad_run.clean_summary(), good_run.clean_summary()
-    for summary in (bad, good):
-        assert summary["world_size"] == "2" and summary["launcher"] == "torchrun", summary
-        assert summary["steps"] == "8", summary  # 256 samples / 2 ranks / 32 per batch x 2 epochs
-    # bad: equal at step 0 (DDP's broadcast), different from the first step on, further
-    # apart with (nearly) every step, and two different models at the end.
+def assert_replicas_drift_apart(bad_run) -> None:
+    """bad: equal at step 0 (DDP's broadcast), different from the first step on, further
+    apart with (nearly) every step, and two different models at the end."""
+    bad = bad_run.clean_summary()
+    assert bad["world_size"] == "2" and bad["launcher"] == "torchrun", bad
+    assert bad["steps"] == "8", bad  # 256 samples / 2 ranks / 32 per batch x 2 epochs
     rows = table(bad_run)
     assert [row[0] for row in rows] == list(range(9)), bad_run.output
     assert rows[0][1][0] == rows[0][1][1] and rows[0][2] == 0.0 and rows[0][3] == "identical"
@@ -46,6 +43,20 @@ def test_pitfall_model_module_lets_the_replicas_drift_apart():
     assert bad["differing_tensors"] == "4/4" and bad["replica_losses_equal"] == "no", bad
     assert len(set(bad["replica_losses"].split(","))) == 2, bad
     assert "WARNING: the replicas differ from step 1 on" in bad_run.output
+
+
+def test_bad_model_module_lets_the_replicas_drift_apart():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_replicas_drift_apart(captured_run("11_bypass_bad.txt"))
+
+
+def test_pitfall_model_module_lets_the_replicas_drift_apart():
+    bad_run = captured_run("11_bypass_bad.txt")  # torchrun, 2 ranks: the runs the page shows
+    good_run = captured_run("11_bypass_good.txt")
+    assert_replicas_drift_apart(bad_run)
+    good = good_run.clean_summary()
+    assert good["world_size"] == "2" and good["launcher"] == "torchrun", good
+    assert good["steps"] == "8", good
     # good: identical at every check, digit for digit, and the same model at the end.
     rows = table(good_run)
     assert len(rows) == 9 and all(r[1][0] == r[1][1] and r[2] == 0.0 and r[3] == "identical" for r in rows)

@@ -33,6 +33,15 @@ def per_step(summary: dict[str, str], key: str) -> float:
     return float(summary[key].rstrip("s"))
 
 
+def test_bad_starved_loader_waits_for_its_reads_every_step():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this
+    chapter. Every step waits for its 8 reads of 30 ms (a sleep: no load makes it shorter)."""
+    bad = captured_run("12_loader_bad.txt").clean_summary()
+    assert bad["variant"] == "bad" and bad["world_size"] == "2", bad
+    assert per_step(bad, "data_wait") >= READS_PER_STEP_S, bad
+    assert percent(bad["data_wait_share"]) == pytest.approx(100 * share(bad), abs=0.1)
+
+
 @pytest.mark.timed  # the good loader's workers read ahead of a step: nothing else on the cores
 def test_pitfall_starved_loader_waits_for_data_and_workers_feed_it():
     """Reads of 30 ms per image (--read-latency-ms): without workers every step waits for its

@@ -66,6 +66,15 @@ def answers():
 
 
 # --------------------------------------------------------------------------- the pitfall
+def test_bad_per_rank_mean_over_uneven_token_counts_is_not_one_process_gradient(bad):
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    output, summary = bad
+    assert summary["world_size"] == "2" and summary["batching"] == "padded" and summary["variant"] == "bad"
+    counts = tokens_per_rank(output)
+    assert len(counts) == 2 and counts[0] != counts[1]  # uneven: the pitfall's condition
+    assert float(summary["grad_diff"]) >= VISIBLY_DIFFERENT, output
+
+
 def test_pitfall_per_rank_mean_is_not_one_process_gradient_global_count_is(bad, good):
     """Padded documents: the ranks hold different token counts; the per-rank mean gives another
     gradient than one process on the same global batch; the global token count gives it."""

@@ -65,6 +65,11 @@ def assert_matches_reference(result, world_size: int) -> dict[str, str]:
     return summary
 
 
+def test_bad_mean_of_the_ranks_f1_is_off():
+    """The pitfall alone, one launch (the page's bad run): `make test-quick`'s test of this chapter."""
+    assert_mean_is_off(captured_run("19_metric_bad.txt"), 2)
+
+
 def test_bad_mean_of_the_ranks_f1_is_off_and_the_good_counts_match_one_process():
     bad, good = captured_run("19_metric_bad.txt"), captured_run("19_metric_good.txt")
     bad_summary = assert_mean_is_off(bad, 2)
