@@ -65,6 +65,14 @@ class Result:
         return self.output.count(text)
 
 
+def exit_code_echoed(result: Result) -> Result:
+    """A captured run whose command ends in `; echo "exit code: $?"` (the page shows the
+    code; the shell then exits 0): the run with that code as its own, the echoed line left out."""
+    head, _, code = result.output.rstrip("\n").rpartition("\nexit code: ")
+    assert code.lstrip("-").isdigit(), f"no 'exit code: N' line at the end:\n{result.output}"
+    return Result(int(code), head, result.seconds)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARS.match(k)}
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")

@@ -12,7 +12,19 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO, VENV_BIN, clean_env, kill_tree, mpiexec, python, run, script, script_help
+from conftest import (
+    REPO,
+    VENV_BIN,
+    captured_run,
+    clean_env,
+    exit_code_echoed,
+    kill_tree,
+    mpiexec,
+    python,
+    run,
+    script,
+    script_help,
+)
 
 DEBUGGING = "13_multinode_and_hpc/hang_debugging.py"
 PAGE = REPO / "chapters" / "13_multinode_and_hpc.md"
@@ -67,7 +79,7 @@ def test_hang_timeout_ends_it_and_detail_names_the_rank_that_did_not_arrive():
 
 def test_mismatch_detail_names_the_shapes_and_the_fix_completes():
     detail = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
-    bad = torchrun_with(detail, "--variant", "bad", "--fault", "mismatch")
+    bad = exit_code_echoed(captured_run("13_debug_mismatch_detail.txt"))  # the page's run: stdout is enough
     assert_failed_at_step_3(bad, "mismatch", "mismatch")
     line = next(ln for ln in bad.output.splitlines() if ln.startswith("rank 0: step 3 failed"))
     assert "Detected mismatch between collectives on ranks" in line
