@@ -16,7 +16,6 @@ from pathlib import Path
 from conftest import captured_run, mpiexec, python
 
 BYPASS = "11_replica_consistency/wrapper_bypass.py"
-SEEDS = "11_replica_consistency/seeds_and_broadcast.py"
 TABLE_ROW = re.compile(r"^\s*(\d+)((?:\s+-?\d+\.\d{10})+)\s+(\d+\.\d{10})\s+(identical|DIFFER.*)$", re.M)
 
 
@@ -84,9 +83,9 @@ def test_one_process_cannot_drift():
 
 
 def test_ddp_broadcasts_rank_0_and_per_rank_seeds_give_per_rank_masks():
-    result = mpiexec("openmpi", 2, SEEDS)
+    result = captured_run("11_seeds.txt")  # the page's run, under torchrun (the launcher is not the subject)
     summary = result.clean_summary()
-    assert summary["launcher"] == "openmpi" and summary["world_size"] == "2", summary
+    assert summary["launcher"] == "torchrun" and summary["world_size"] == "2", summary
     # Part 1: different seeds, different weights; DDP(model) copies rank 0's to every rank.
     assert summary["init_before_ddp"] == "differ" and summary["init_after_ddp"] == "identical", summary
     before, after = (re.search(rf"^{when}.*: checksums rank 0 (\S+), rank 1 (\S+)", result.output, re.M)
