@@ -202,18 +202,21 @@ def test_the_modules_of_the_scripts_own_project_are_followed():
 
 
 def test_shapes_of_the_third_review():
-    """A fresh review's false alarms and misses, each a fixture of our own. Quiet: a rank
-    compared with -1 or on the line between -1 and 0 (`local_rank >= 0`), a counter restored
-    from a file every rank reads (a loss written with the json module does not make json a
-    value of this rank), a save in the branch where the model was never compiled, a batch
-    skipped whole before its backward() (clean_review5.py), an exact evaluation split returned
-    beside a training sampler, and a loader helper that makes its own DistributedSampler
-    (project/train_review5.py). Said: the step skipped with `continue` until the last
-    micro-batch, a resume checkpoint of DDP(torch.compile(m)) loaded back into the wrapper as a
-    note (review5.py), a per-rank worker that starts nccl and trains in a file with no
-    `__main__` (review5_worker.py; a setup helper, or one that also wraps and returns, stays
-    quiet), a step helper told to step every few micro-batches, a wrapper a helper returns in
-    a tuple, and a loader helper whose sampler is a RandomSampler."""
+    """A fresh review's false alarms and misses, each a fixture of our own. Quiet
+    (clean_review5.py): a rank compared with -1 or on the line between -1 and 0
+    (`local_rank >= 0`); a counter restored from a file every rank reads (a loss written with
+    the json module does not make json a value of this rank); a save in the branch where the
+    model was never compiled; a batch skipped whole before its backward(); a save of
+    `model.state_dict()` in the else of `isinstance(model, DDP)`. Quiet too
+    (project/train_review5.py): an exact evaluation split returned beside a training sampler,
+    a loader helper that makes its own DistributedSampler. Said: the step skipped with
+    `continue` until the last micro-batch, and a resume checkpoint of DDP(torch.compile(m))
+    loaded back into the wrapper as a note (review5.py); a per-rank worker that starts nccl
+    and trains in a file with no `__main__` (review5_worker.py; a setup helper, or one that
+    also wraps and returns, stays quiet); a step helper told to step every few micro-batches,
+    a wrapper a helper returns in a tuple, a loader helper whose sampler is a RandomSampler,
+    an evaluation loader a helper builds on `DistributedSampler(...) if distributed else None`
+    (project/train_review5.py)."""
     def flag(source):
         return check_ddp.is_flag_test(ast.parse(source, mode="eval").body)
 
@@ -230,7 +233,7 @@ def test_shapes_of_the_third_review():
         assert findings(FIXTURES / name) == [], name
     train = PROJECT / "train_review5.py"
     assert found_in(train) == expected_in(train)
-    assert sorted(code for _, code, _ in expected_in(train)) == ["DDP010", "DDP041", "DDP050"]
+    assert sorted(code for _, code, _ in expected_in(train)) == ["DDP010", "DDP031", "DDP041", "DDP050"]
     messages = {f["code"]: f["message"] for f in findings(train)}
     assert messages["DDP050"].startswith(
         "apply_gradients() runs backward() on every micro-batch and steps when told, every few")

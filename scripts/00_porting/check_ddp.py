@@ -1696,6 +1696,7 @@ class Checker:
             values = [returned]
             for name in [n.id for n in ast.walk(returned) if isinstance(n, ast.Name)]:
                 values += [v for v in self.assigned(name, function)]
+            seen_sampler = False
             loader = any(isinstance(v, ast.Call) and last(v) == "DataLoader" for v in values) or (
                 isinstance(returned, (ast.Name, ast.Call)) and "loader" in last(returned).lower())
             for value in values:
@@ -1706,17 +1707,19 @@ class Checker:
                         inner = keyword(made, "sampler")
                         samplers = [inner] + (
                             self.assigned(inner.id, function) if isinstance(inner, ast.Name) else [])
-                        for sampler in [s for s in samplers if isinstance(s, ast.Call)]:
+                        calls = [n for s in samplers if s is not None for n in ast.walk(s)
+                                 if isinstance(n, ast.Call)]  # DistributedSampler(d) if ddp else None too
+                        seen_sampler = seen_sampler or bool(calls)
+                        for sampler in calls:
                             made_here = self.sampler_in(sampler, function, depth)
                             if made_here is not None:
                                 found.append((made_here[0], "loader", made_here[1]))
                     made_here = self.sampler_in(made, function, depth)
                     if made_here is not None:
                         found.append((made_here[0], "loader" if loader else "sampler", made_here[1]))
-            if loader and not found and not any(isinstance(v, ast.Call) and last(v) == "DataLoader"
-                                                for v in values):
+            if loader and not found and not seen_sampler:
                 # loader = make_loader(**args): the samplers made on the way; not where the
-                # returned DataLoader is in sight, with its own sampler (an exact split) or none
+                # returned DataLoader's own sampler is in sight (an exact split, say)
                 for made in self.own_nodes(function):
                     if isinstance(made, ast.Call) and (made_here := self.sampler_in(made, function, depth)):
                         found.append((made_here[0], "loader", made_here[1]))
@@ -2303,6 +2306,8 @@ class Checker:
                 owner = state.func.value if isinstance(state.func, ast.Attribute) else None
                 kinds = self.kinds_of(owner, call.lineno, scope) if owner is not None else set()
                 outer = self.outermost(owner, call.lineno, scope)
+                if self.not_wrapped_here(owner, state):
+                    continue  # x.module.state_dict() if isinstance(x, DDP) else x.state_dict()
                 if "compile" in kinds and not self.never_compiled(state) and not (
                         "ddp" in kinds and outer == "ddp"):
                     self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
@@ -2358,6 +2363,26 @@ class Checker:
             outer = {k for kinds in live for k in kinds} if all(len(k) <= 1 for k in live) else set()
             return next(iter(outer)) if len(outer) == 1 else None
         return None
+
+    def not_wrapped_here(self, owner, node):
+        """`node` runs only where `owner` is no wrapper: the else of `isinstance(owner, DDP)`
+        (a DataParallel or compiled class among the types) or of `hasattr(owner, "module")`
+        (of `not ...`: its body)."""
+        name = dotted(owner)
+        for test, side in self.conditions(node):
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, side = test.operand, not side
+            if side or not (isinstance(test, ast.Call) and len(test.args) >= 2 and name
+                            and dotted(test.args[0]) == name):
+                continue
+            kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+            if last(test) == "isinstance" and any(
+                    re.search(r"DataParallel|DDP|OptimizedModule", last(k)) for k in kinds):
+                return True
+            if last(test) == "hasattr" and isinstance(test.args[1], ast.Constant) \
+                    and test.args[1].value in ("module", "_orig_mod"):
+                return True
+        return False
 
     def runs_whenever(self, later, earlier):
         """`later` runs in every run where `earlier` runs: each if around it is around `earlier`

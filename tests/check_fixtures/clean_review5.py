@@ -2,7 +2,8 @@
 note): `local_rank >= 0` says whether the job was launched at all (the same on every rank);
 a step counter restored from a file every rank reads, where a loss is also written with the
 json module; a checkpoint saved in the branch where the model was never compiled; a batch
-skipped whole with `continue`, before its backward(). Written
+skipped whole with `continue`, before its backward(); a helper given the wrapper that saves
+`model.state_dict()` only in the else of `isinstance(model, DDP)`. Written
 for the tests; never run: it only has to parse."""
 
 import argparse
@@ -13,6 +14,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def save_weights(model, path):
+    weights = model.module.state_dict() if isinstance(model, DDP) else model.state_dict()
+    torch.save(weights, path)
 
 
 def main():
@@ -63,6 +69,7 @@ def main():
         else:
             weights = model.module.state_dict()
         torch.save({"model": weights, "update_step": update_step}, "final.pt")
+        save_weights(model, "weights.pt")
     dist.barrier()
 
 

@@ -1,11 +1,11 @@
 """The shapes behind a fresh review's false alarms and misses that live in the project's
 helpers (helpers/pipelines.py), for tests/test_check_ddp.py. An evaluation loader on an
-exact split, returned beside a training loader on a DistributedSampler (no DDP031). A loader
-helper that makes its own DistributedSampler (no DDP010), but one that makes a RandomSampler
-is no split (DDP010). A wrapper returned in a tuple,
-its state_dict() saved by a function it is given to (DDP041). A step helper told to step
-every few micro-batches (DDP050). Exactly the `# expect:` lines. Written for the tests;
-never run: it only has to parse."""
+exact split, returned beside a training loader on a DistributedSampler (no DDP031), but one
+on `DistributedSampler(...) if distributed else None` pads (DDP031). A loader helper that
+makes its own DistributedSampler (no DDP010), but one that makes a RandomSampler is no split
+(DDP010). A wrapper returned in a tuple, its state_dict() saved by a function it is given
+to (DDP041). A step helper told to step every few micro-batches (DDP050). Exactly the
+`# expect:` lines. Written for the tests; never run: it only has to parse."""
 
 import os
 
@@ -15,6 +15,7 @@ from helpers.engine import evaluate
 from helpers.pipelines import (
     apply_gradients,
     build_train_and_eval,
+    eval_loader,
     parallelize,
     sharded_loader,
     shuffled_loader,
@@ -36,6 +37,7 @@ def main(epochs, accumulation):
     extra_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
     extra_sampler, extra_loader = sharded_loader(extra_set, 8, rank, world_size, shuffle=True)
     whole_loader = shuffled_loader(extra_set, 8, shuffle=True)  # expect: DDP010
+    padded_loader = eval_loader(val_set, distributed=True)  # expect: DDP031
     net = nn.Linear(8, 2)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     model, optimizer = parallelize(net, optimizer, int(os.environ["LOCAL_RANK"]))
@@ -50,7 +52,7 @@ def main(epochs, accumulation):
             apply_gradients(loss, optimizer, model, do_step=update)  # expect: DDP050
         for x, y in list(extra_loader) + list(whole_loader):
             apply_gradients(nn.functional.cross_entropy(model(x), y), optimizer, model)
-        print(evaluate(model, val_loader))
+        print(evaluate(model, val_loader), evaluate(model, padded_loader))
     if rank == 0:
         save_final(model, "final.pt")
 

@@ -1,7 +1,8 @@
 """Builders that return tuples, for train_review5.py: a training loader on a
-DistributedSampler beside an evaluation loader on an exact split, a loader helper that makes
-its own DistributedSampler and one that makes a RandomSampler, a wrap helper that returns the
-wrapper with the optimizer, and a step helper that steps only when told."""
+DistributedSampler beside an evaluation loader on an exact split; an evaluation loader on a
+padding sampler or none; a loader helper that makes its own DistributedSampler and one that
+makes a RandomSampler; a wrap helper that returns the wrapper with the optimizer; a step
+helper that steps only when told."""
 
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
@@ -22,6 +23,12 @@ def sharded_loader(dataset, batch_size, rank, world_size, shuffle):
     if shuffle:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
     return sampler, DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def eval_loader(dataset, distributed):
+    sampler = DistributedSampler(dataset, shuffle=False) if distributed else None  # pads
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    return loader
 
 
 def shuffled_loader(dataset, batch_size, shuffle):
