@@ -46,7 +46,7 @@ def parse_args():
                         help="DDP world sizes to compare with one process (1 is left out: it is the "
                              "baseline; default: the devices here, %(default)s)")
     parser.add_argument("--batch-size", type=positive_int, nargs="+",
-                        default=[32, 64, 128, 256] if gpus else [4, 8, 16, 32],
+                        default=[32, 64, 128, 256] if gpus else [4, 8, 16],
                         help="per-rank batches of the sweep; each splits evenly over every N of --ranks "
                              "(default: %(default)s)")
     parser.add_argument("--steps", "--steps-per-epoch", dest="steps", type=positive_int, default=3,
