@@ -216,7 +216,8 @@ def test_shapes_of_the_third_review():
     also wraps and returns, stays quiet); a step helper told to step every few micro-batches,
     a wrapper a helper returns in a tuple, a loader helper whose sampler is a RandomSampler,
     an evaluation loader a helper builds on `DistributedSampler(...) if distributed else None`
-    (project/train_review5.py)."""
+    (project/train_review5.py); a sampler a function of the file returns, read by a validate()
+    of lib/, which the script puts on sys.path (syspath_project/)."""
     def flag(source):
         return check_ddp.is_flag_test(ast.parse(source, mode="eval").body)
 
@@ -239,6 +240,12 @@ def test_shapes_of_the_third_review():
         "apply_gradients() runs backward() on every micro-batch and steps when told, every few")
     assert messages["DDP041"].startswith(
         "model is the DDP wrapper: its state_dict()'s keys start with 'module.'")
+    # lib/ put on sys.path by `import _init_paths` (its add_path() helper): validate() is found
+    # there, and the sampler that a function of the file returns pads the evaluation
+    syspath = FIXTURES / "syspath_project" / "tools" / "train.py"
+    assert found_in(syspath) == expected_in(syspath) == {(27, "DDP031", False)}
+    [padded] = findings(syspath)
+    assert padded["message"].startswith("the DistributedSampler that get_sampler() returns pads the shards")
 
 
 def write_project(root, files):

@@ -415,6 +415,72 @@ def parse_module(path):
     return cached[2]
 
 
+def sys_path_entries(tree, path):
+    """The folders a module's own top-level code adds to sys.path: `sys.path.insert(0, X)`,
+    `sys.path.append(X)`, or a function of it that does so with its parameter; X built from
+    `__file__` with os.path (dirname, join, abspath) or pathlib (parent, /), or a string
+    (from the module's folder). Resolved paths; what it cannot work out is left out."""
+    names = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            names[stmt.targets[0].id] = stmt.value
+
+    def value(node, depth=0):
+        if depth > 8:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return path.parent / node.value
+        if isinstance(node, ast.Name):
+            if node.id == "__file__":
+                return path
+            return value(names[node.id], depth + 1) if node.id in names else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = value(node.left, depth + 1), node.right
+            return left / right.value if left is not None and isinstance(right, ast.Constant) \
+                and isinstance(right.value, str) else None
+        if isinstance(node, ast.Attribute) and node.attr == "parent":
+            inner = value(node.value, depth + 1)
+            return inner.parent if inner is not None else None
+        if not isinstance(node, ast.Call):
+            return None
+        name = last(node)
+        if name in ("resolve", "absolute") and isinstance(node.func, ast.Attribute):
+            return value(node.func.value, depth + 1)
+        args = [value(a, depth + 1) if not isinstance(a, ast.Constant) else a.value for a in node.args]
+        if name in ("abspath", "realpath", "normpath", "str", "Path", "expanduser") and len(args) == 1:
+            return args[0] if not isinstance(args[0], str) else path.parent / args[0]
+        if name == "dirname" and len(args) == 1 and args[0] is not None and not isinstance(args[0], str):
+            return args[0].parent
+        if name == "join" and args and args[0] is not None and not isinstance(args[0], str) \
+                and all(isinstance(a, str) for a in args[1:]):
+            return args[0].joinpath(*args[1:])
+        return None
+
+    inserting = {}  # a function of the module that puts its parameter on sys.path
+    for function in (n for n in tree.body if isinstance(n, FUNCTION)):
+        params = [a.arg for a in function.args.args]
+        for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
+            if dotted(call.func) in ("sys.path.insert", "sys.path.append") and call.args \
+                    and isinstance(call.args[-1], ast.Name) and call.args[-1].id in params:
+                inserting[function.name] = params.index(call.args[-1].id)
+    found = []
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is None:
+            continue
+        if dotted(call.func) in ("sys.path.insert", "sys.path.append") and call.args:
+            target = call.args[-1]
+        elif isinstance(call.func, ast.Name) and call.func.id in inserting \
+                and len(call.args) > inserting[call.func.id]:
+            target = call.args[inserting[call.func.id]]
+        else:
+            continue
+        folder = value(target)
+        if folder is not None:
+            found.append(Path(os.path.normpath(folder.resolve() if folder.is_absolute() else folder)))
+    return found
+
+
 class Project:
     """The modules of the reader's own project that a checked script imports: `from utils
     import save_checkpoint`, `import engine`, `from .data import build_loader`, resolved as
@@ -509,6 +575,23 @@ class Project:
                 return found
         return None
 
+    def add_paths(self, checker):
+        """Folders of the project that the script adds to sys.path before its imports, itself
+        or through a module it imports (`import _init_paths`, whose `add_path(lib_path)` does
+        `sys.path.insert(0, path)`): looked up after the script's own folders."""
+        added = sys_path_entries(checker.tree, self.script)
+        for name, entry in checker.imports.items():
+            if entry[0] != "import" or entry[1] != name:
+                continue
+            path = self.find(name, 0, self.script.parent)
+            tree = parse_module(path) if path is not None else None
+            if tree is not None:
+                added += sys_path_entries(tree, path)
+        for folder in added:
+            if folder.is_dir() and (folder == self.top or self.top in folder.parents) \
+                    and folder not in self.roots:
+                self.roots.append(folder)
+
     def where(self, path):
         """A module's path as the reader knows it: from the script's folder."""
         return os.path.relpath(path, self.script.parent)
@@ -532,6 +615,8 @@ class Checker:
         self.classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         self.aliases = self._aliases()
         self.imports, self.star_imports = self._imports()
+        if project is not None and not module and self.path is not None:
+            project.add_paths(self)  # sys.path.insert(0, ...lib): where the script's imports are found
         self._tainted, self._memo = {}, {}
         self.reachable = self._reachable()
         self.nodes = list(self._walk(tree))
@@ -2084,13 +2169,30 @@ class Checker:
         self._memo[key] = verdict
         return verdict
 
+    def local_factories(self):
+        """Calls of a function of this file that returns a padding sampler it makes
+        (`test_sampler = get_sampler(test_set)`): for DDP031, whose loader is at the call. (The
+        sampler inside is the file's own for DDP030, said once, at its line.)"""
+        out = []
+        for call in self.calls:
+            target = self.callee(call)
+            if target is None or last(call) in ("DistributedSampler", "DataLoader") \
+                    or not isinstance(self.parents.get(call), ast.Assign):
+                continue
+            if any(kind == "sampler" for _, kind, _ in self.sampler_made(target)):
+                out.append(call)
+        return out
+
     def rule_padded_eval(self):
-        for call in self.samplers():
+        local = self.local_factories()
+        for call in self.samplers() + local:
             drop_last = self.sampler_option(call, "drop_last", 5)
             if drop_last is not None and not is_false(drop_last):
                 continue
             verdict = self.evaluated(call)
             sampler = self.sampler_word(call)
+            if call in local:
+                sampler = f"the DistributedSampler that {last(call)}() returns"
             if sampler == "DistributedSampler":
                 sampler = "an evaluation loader's DistributedSampler"
             if verdict == "yes":
