@@ -248,6 +248,29 @@ def test_shapes_of_the_third_review():
     assert padded["message"].startswith("the DistributedSampler that get_sampler() returns pads the shards")
 
 
+def test_shapes_of_the_fourth_review():
+    """A fourth review's false alarms and misses, each a fixture of our own. Quiet
+    (clean_review6.py): a name read as the resumed file's step counter, then reused further
+    down for a dict that holds this rank's loss (the taint follows statement order: a plain
+    assignment replaces what the name held); the plain model's output drawn for a log only,
+    never reaching backward(). Quiet (project/clean_review6.py): nccl whose set_device is in
+    the constructor of a project class made after the group starts. Said (review6.py): the
+    rendezvous URL as init_process_group's second positional argument, the plain model's
+    output reaching backward() through names, a loop left on a name after it got this rank's
+    loss, and one left on the output of the module an optimizer holds (not wrapped in DDP;
+    gradients all-reduced by hand) beside a class named Sync... (no synchronising call)."""
+    review = FIXTURES / "review6.py"
+    assert sorted(expected_in(review)) == [
+        (18, "DDP130", False), (23, "DDP110", False), (37, "DDP191", False), (63, "DDP191", False)]
+    assert found_in(review) == expected_in(review)
+    messages = {(f["line"], f["code"]): f["message"] for f in findings(review)}
+    assert messages[(18, "DDP130")].startswith("init_method 'tcp://127.0.0.1:23456': a fixed port")
+    for line, name in ((37, "watched"), (63, "drift.item")):  # drift: from the output of the optimizer's module
+        assert messages[(line, "DDP191")].startswith(f"this break leaves the loop on `{name}`, a value")
+    assert findings(FIXTURES / "clean_review6.py") == []
+    assert findings(PROJECT / "clean_review6.py") == []
+
+
 def write_project(root, files):
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)

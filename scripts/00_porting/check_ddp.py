@@ -166,6 +166,12 @@ LOCAL_CALL = re.compile(r"(?i)(^|_)(loss(es)?|criterion|accuracy|acc|acc1|top1|t
                         r"cross_entropy|nll_loss|mse_loss|l1_loss|kl_div|ctc_loss|"
                         r"(^|_)(f1|precision|recall|auroc|roc_auc|auc|iou|miou|dice|bleu)(_score)?$")
 MODEL_NAME = re.compile(r"(?i)(^|_)(model|net|network|encoder|classifier|generator|discriminator)$")
+# An optimizer class given a module's parameters(), and the methods of a module that compute no output.
+OPTIMIZER_CLASS = re.compile(r"(?i)optim|^(sgd|adam\w*|rmsprop|adagrad|adadelta|adafactor|lamb|lars|lion)$")
+MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
+                  "children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "half",
+                  "float", "zero_grad", "apply", "requires_grad_", "register_buffer", "register_forward_hook",
+                  "register_full_backward_hook", "share_memory"}
 SYNC_CALL = re.compile(r"(?i)sync|all_?reduce|all_?gather|broadcast|reduce_(dict|tensor|value|mean|sum|loss)|"
                        r"^(reduce|gather)_|reduce$")
 
@@ -195,6 +201,13 @@ def last(node):
 
 def keyword(call, name):
     return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def init_method(call):
+    """The init_method of an init_process_group call: its keyword, or its second positional
+    argument (`init_process_group("nccl", "tcp://...")`, after the backend)."""
+    given = keyword(call, "init_method")
+    return given if given is not None or len(call.args) < 2 else call.args[1]
 
 
 def is_false(node):
@@ -1681,6 +1694,22 @@ class Checker:
         cls = next((n for n in checker.tree.body if isinstance(n, ast.ClassDef) and n.name == imported), None)
         return (checker, cls) if cls is not None else None
 
+    def constructs(self, call, what):
+        """What `_follow` finds in the `__init__` of a class of this file or of the project
+        that `call` makes (`trainer = Trainer(config)`, whose `__init__` sets the device)."""
+        found = None
+        if isinstance(call.func, ast.Name):
+            cls = next((n for n in self.tree.body
+                        if isinstance(n, ast.ClassDef) and n.name == call.func.id), None)
+            found = (self, cls) if cls is not None else None
+        if found is None and self.project is not None and isinstance(call.func, ast.Name):
+            found = self.external_class(call)
+        if found is None:
+            return None
+        checker, cls = found
+        init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        return checker._follow(init, what) if init is not None else None
+
     @staticmethod
     def pads(cls):
         return any(last(b) == "DistributedSampler" for b in cls.bases) or any(
@@ -2717,9 +2746,47 @@ class Checker:
             if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
             if isinstance(func, ast.Attribute) and func.attr == "module" and not self.in_no_grad(call) \
-                    and dotted(func.value) not in ("self", "cls"):  # a wrapper class's own module
+                    and dotted(func.value) not in ("self", "cls") and self.output_trained(call):
                 self.add("DDP110", call, f"{ast.unparse(call.func)}(...) bypasses DDP's forward: backward() "
                          "averages no gradient and the replicas drift apart; call the wrapper itself")
+
+    def output_trained(self, call):
+        """The output of `call` reaches a backward(): in the same statement, through the names
+        it is assigned to (or the list it is appended to) and what is computed from them, up to
+        `x.backward()`, a loss scaler given it (`scaler.scale(loss)`, `amp.scale_loss(loss,
+        opt)`, `accelerator.backward(loss)`), or a `return` (the caller may train on it). A
+        sample made for a log only (`sample = model.module(x[:1])`, then written) is not."""
+        scope = self.function_of(call)
+        statement = next(a for a in (call, *self.ancestors(call)) if isinstance(a, ast.stmt))
+        if isinstance(statement, ast.Return) or any(
+                isinstance(n, ast.Call) and self.is_backward(n) for n in ast.walk(statement)):
+            return True
+        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            seeds = {dotted(n) for t in targets for n in ast.walk(t)
+                     if isinstance(n, (ast.Name, ast.Attribute)) and dotted(n)}
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+                and isinstance(statement.value.func, ast.Attribute):
+            seeds = {dotted(statement.value.func.value)} - {""}  # outputs.append(model.module(x))
+        else:
+            return True  # out of this rule's reading: say it
+        names = self.flowing(seeds, scope)
+
+        def mentions(node):
+            return any(isinstance(n, (ast.Name, ast.Attribute)) and dotted(n) in names
+                       for n in ast.walk(node))
+
+        for node in self.by_scope.get(scope, []):
+            if isinstance(node, ast.Return) and node.value is not None and mentions(node.value):
+                return True
+            if not isinstance(node, ast.Call):
+                continue
+            if self.is_backward(node) and mentions(node.func.value):
+                return True
+            if re.search(r"(?i)backward|scale", last(node)) and any(
+                    mentions(a) for a in list(node.args) + [k.value for k in node.keywords]):
+                return True
+        return False
 
     # -- DDP130: a fixed port
     def option_default(self, attribute):
@@ -2771,8 +2838,8 @@ class Checker:
                     and isinstance(node.args[0], ast.Constant) and node.args[0].value == "MASTER_PORT":
                 found.append((node, node.args[1], "env", True, self.under_portless_launcher(node)))
             elif isinstance(node, ast.Call) and last(node) == "init_process_group" \
-                    and keyword(node, "init_method") is not None:
-                found.append((node, keyword(node, "init_method"), "init", self.defers_to_launcher(node),
+                    and init_method(node) is not None:
+                found.append((node, init_method(node), "init", self.defers_to_launcher(node),
                               self.under_portless_launcher(node)))
             elif function is not None and isinstance(node, ast.Call) \
                     and not self.guarded_within(node, function):
@@ -2999,7 +3066,8 @@ class Checker:
 
     def rule_nccl_device(self):
         if any(last(c) == "set_device" for c in self.calls) or (self.library and not self.worker()) or any(
-                self.external(c) and self.reaches(c, "is_set_device") for c in self.calls):
+                (self.external(c) and self.reaches(c, "is_set_device")) or self.constructs(c, "is_set_device")
+                for c in self.calls):
             return  # set before the first collective, or after init_process_group: either works
         for call in self.calls:
             if last(call) != "init_process_group":  # device_id= binds the group, not the current GPU
@@ -3296,8 +3364,8 @@ class Checker:
         seeds = set()
         for scope_here in self.enclosing(scope):
             for node in self.by_scope.get(scope_here, []):
-                if not isinstance(node, ast.Call):
-                    continue
+                if not isinstance(node, ast.Call) or last(node)[:1].isupper():
+                    continue  # a class (gym.vector.SyncVectorEnv(...)) makes an object: no value synced
                 if self.is_collective(node) and node.args and dotted(node.args[0]):
                     seeds.add(dotted(node.args[0]))
                 elif SYNC_CALL.search(last(node)) and isinstance(node.func, ast.Attribute) \
@@ -3309,18 +3377,19 @@ class Checker:
         self._memo[key] = self.flowing(seeds, scope)
         return self._memo[key]
 
-    def local_in(self, expr, scope, local, synced):
+    def local_in(self, expr, scope, local, synced, at=None):
         """What in `expr` makes it a value this rank computed alone, or None: a name of
-        `local`, a loss or metric computed here (criterion(out, y), accuracy(...)), the
-        model's output, or a function of the project whose return is such a value. A value
-        that mentions a synced name is the same on every rank."""
+        `local` that holds such a value where `expr` is read (at the statement `at`), a loss
+        or metric computed here (criterion(out, y), accuracy(...)), the model's output, or a
+        function of the project whose return is such a value. A value that mentions a synced
+        name is the same on every rank."""
         names = {dotted(n) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))}
         if names & synced:
             return None
         for node in ast.walk(expr):
-            if isinstance(node, (ast.Name, ast.Attribute)) and dotted(node) in local:
+            if isinstance(node, (ast.Name, ast.Attribute)) and self.holds_local(local, dotted(node), at):
                 return dotted(node)
-            if isinstance(node, ast.Attribute) and dotted(node.value) in local:
+            if isinstance(node, ast.Attribute) and self.holds_local(local, dotted(node.value), at):
                 return dotted(node)  # stopper.early_stop, after stopper(val_loss)
             if not isinstance(node, ast.Call) or self.is_collective(node):
                 continue
@@ -3331,41 +3400,76 @@ class Checker:
                 else node.func
             if isinstance(func, (ast.Name, ast.Attribute)) and (
                     MODEL_NAME.search(last(func))
-                    or self.kinds_of(func, node.lineno, scope) & {"ddp", "compile"}):
+                    or self.kinds_of(func, node.lineno, scope) & {"ddp", "compile"}
+                    or self.trained_output(func)):
                 return f"{ast.unparse(func)}(...)"
             resolved = self.resolve(node)
             if resolved is not None and resolved[0].returns_local(resolved[1]):
                 return f"{name}(...)"
         return None
 
+    def trained_output(self, func):
+        """`func` is a module whose parameters an optimizer of the file holds, or a method of
+        one that computes (`agent.get_action_and_value(obs)`, where
+        `optim.Adam(agent.parameters())`): its result is this rank's output."""
+        if "optimized" not in self._memo:
+            self._memo["optimized"] = {
+                dotted(a.func.value) for c in self.calls
+                if OPTIMIZER_CLASS.search(last(c)) and last(c)[:1].isupper()
+                for a in c.args[:1] if isinstance(a, ast.Call) and last(a) == "parameters"
+                and isinstance(a.func, ast.Attribute) and dotted(a.func.value)}
+        optimized = self._memo["optimized"]
+        if dotted(func) in optimized:
+            return True
+        return isinstance(func, ast.Attribute) and dotted(func.value) in optimized \
+            and func.attr not in MODULE_METHODS and not func.attr.startswith("_")
+
     def rank_local(self, scope):
-        """Names of `scope` that hold a value this rank computed alone (see local_in), and
+        """Where names of `scope` get a value this rank computed alone (see local_in), and
         what is computed from them, to a fixed point: also a value set under a test on one
         (`bad_epochs += 1` in the `else` of `if val_loss < best:`), and an object given one
-        (`stopper(val_loss)`: then `stopper.early_stop`). Not the names a collective made equal."""
+        (`stopper(val_loss)`: then `stopper.early_stop`). Not the names a collective made equal.
+        In statement order: {name: (the statements that make it local, its other plain
+        assignments)}. A later plain assignment replaces what the name held (see holds_local)."""
         key = ("local", scope)
         if key in self._memo:
             return self._memo[key]
-        self._memo[key] = set()  # a recursive call: nothing yet
-        synced, local = self.synced(scope), set()
+        local = {}
+        self._memo[key] = local  # a recursive call: nothing yet
+        synced = self.synced(scope)
         own = self.by_scope.get(scope, [])
         assigns = [n for n in own if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                    and n.value is not None]
         statements = [n for n in own if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        plain = {}  # name -> its plain assignments (`x = ...`), which replace what it held
+        for node in assigns:
+            if isinstance(node, ast.AugAssign):
+                continue
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if isinstance(t, (ast.Name, ast.Attribute)) and dotted(t):
+                        plain.setdefault(dotted(t), []).append(node)
+
+        def mark(name, node):
+            taints, _ = local.setdefault(name, ([], plain.get(name, [])))
+            if node in taints:
+                return False
+            taints.append(node)
+            return True
+
         changed = True
         while changed:
             changed = False
             for node in assigns:
                 tests = [a.test for a in self.between(node, scope) if isinstance(a, (ast.If, ast.While))]
-                implicit = any(self.local_in(test, scope, local, synced) for test in tests)
+                implicit = any(self.local_in(test, scope, local, synced, node) for test in tests)
 
-                def made_here(value, implicit=implicit):
-                    return implicit or self.local_in(value, scope, local, synced)
+                def made_here(value, implicit=implicit, node=node):
+                    return implicit or self.local_in(value, scope, local, synced, node)
 
                 for t in self.targets_of(node, made_here):
                     name = dotted(t) or dotted(getattr(t, "value", None))  # best[0] = ...: best
-                    if name and name not in local and name not in synced:
-                        local.add(name)
+                    if name and name not in synced and mark(name, node):
                         changed = True
             for node in statements:  # stopper(val_loss), stopper.update(val_loss)
                 call = node.value
@@ -3373,13 +3477,43 @@ class Checker:
                 name = dotted(owner)
                 if name.split(".")[0] in self.imports:
                     continue  # json.dump(loss, f), logging.info(loss): a module, no state of the run
-                if name and name not in local and name not in synced and any(
-                        self.local_in(a, scope, local, synced)
-                        for a in list(call.args) + [k.value for k in call.keywords]):
-                    local.add(name)
+                if name and name not in synced and any(
+                        self.local_in(a, scope, local, synced, node)
+                        for a in list(call.args) + [k.value for k in call.keywords]) and mark(name, node):
                     changed = True
-        self._memo[key] = local
         return local
+
+    def holds_local(self, local, name, at):
+        """`name` holds a value of this rank's own where the statement `at` reads it: a
+        statement that made it so runs before `at`, and no plain assignment on the way to
+        `at` replaced it (`checkpoint = torch.load(...)` read, then `checkpoint = {...,
+        "best": best}` saved); or it runs after `at` in a loop around both."""
+        if name not in local:
+            return False
+        taints, plain = local[name]
+        if at is None:
+            return bool(taints)
+        here = (at.lineno, at.col_offset)
+        for taint in taints:
+            start = (taint.lineno, taint.col_offset)
+            if start < here:
+                if not any(start < (k.lineno, k.col_offset) < here and k not in taints
+                           and self.runs_before(k, at) for k in plain):
+                    return True
+            elif {id(a) for a in self.ancestors(taint) if isinstance(a, (ast.For, ast.While))} & {
+                    id(a) for a in self.ancestors(at) if isinstance(a, (ast.For, ast.While))}:
+                return True
+        return False
+
+    def runs_before(self, statement, at):
+        """`statement` runs whenever `at` runs, before it: it sits in a block of statements
+        that holds `at` or a statement around it (not in another branch)."""
+        holder = self.parents.get(statement)
+        for node in (at, *self.ancestors(at)):
+            if self.parents.get(node) is holder:
+                return any(isinstance(block, list) and statement in block and node in block
+                           for _, block in ast.iter_fields(holder))
+        return False
 
     def returns_local(self, function):
         """The function returns a value its rank computed alone (a loss on its own data, not
@@ -3390,7 +3524,7 @@ class Checker:
             local, synced = self.rank_local(function), self.synced(function)
             self._memo[key] = any(
                 isinstance(node, ast.Return) and node.value is not None
-                and self.local_in(node.value, function, local, synced) is not None
+                and self.local_in(node.value, function, local, synced, node) is not None
                 for node in self.own_nodes(function))
         return self._memo[key]
 
@@ -3427,7 +3561,7 @@ class Checker:
                     continue
                 local = self.rank_local(scope) if local is None else local
                 deciding = next((found for t in tests
-                                 if (found := self.local_in(t, scope, local, synced))), None)
+                                 if (found := self.local_in(t, scope, local, synced, t))), None)
                 if deciding:
                     self.add(
                         "DDP191",
