@@ -35,6 +35,9 @@ measured there. Its folder is REVIEW_DIR/owner__name/path, each file in its whol
     python tests/check_corpus.py REVIEW_DIR --labels tests/check_corpus_review5.tsv
     python tests/check_corpus.py --labels tests/check_corpus_review5.tsv --review-table \
         > tests/check_corpus_review5.md
+
+tests/check_corpus_review6.tsv holds a fourth fresh review's 15 files (set review6), the same
+way: `before` is what the reviewed version (999036c) said, `after` this one.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "tests" / "check_corpus.tsv"
 REVIEW = REPO / "tests" / "check_corpus_review5.tsv"  # a fresh review's 15 files: f69ac21, then now
-REVIEW_VERSIONS = (("before", "f69ac21, the review's run"),
-                   ("after", "now (not blind: fixed after this review)"))
+REVIEW6 = REPO / "tests" / "check_corpus_review6.tsv"  # the next fresh review's 15 files: 999036c, then now
+REVIEWED = {"review5": "f69ac21", "review6": "999036c"}  # the version each review ran
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
 WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(")
@@ -247,7 +250,10 @@ def review_table(rows: list[dict]) -> str:
            "| version | errors and warnings (true, false) | notes (right, wrong) | pitfalls missed "
            "| precision | recall |",
            "|---|---|---|---|---|---|"]
-    for column, name in REVIEW_VERSIONS:
+    reviewed = REVIEWED[rows[0]["set"]]
+    versions = (("before", f"{reviewed}, the review's run"),
+                ("after", "now (not blind: fixed after this review)"))
+    for column, name in versions:
         t = tally(rows, column)
         false = t["flagged"] - t["flagged_true"]
         notes = f"{t['notes']} ({t['notes'] - t['notes_false']}, {t['notes_false']})"
@@ -256,7 +262,7 @@ def review_table(rows: list[dict]) -> str:
                    f"{ratio(t['flagged_true'], t['flagged'])} | "
                    f"{ratio(t['pitfalls'] - t['missed'] - t['as_note'], t['pitfalls'])} |")
     out += ["<!-- --8<-- [end:numbers] -->", "<!-- --8<-- [start:files] -->",
-            "| repository | commit | path | now | f69ac21 |", "|---|---|---|---|---|"]
+            f"| repository | commit | path | now | {reviewed} |", "|---|---|---|---|---|"]
     files = {}
     for row in rows:
         files.setdefault((row["repo"], row["commit"], row["path"]), []).append(row)

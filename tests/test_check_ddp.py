@@ -258,17 +258,33 @@ def test_shapes_of_the_fourth_review():
     rendezvous URL as init_process_group's second positional argument, the plain model's
     output reaching backward() through names, a loop left on a name after it got this rank's
     loss, and one left on the output of the module an optimizer holds (not wrapped in DDP;
-    gradients all-reduced by hand) beside a class named Sync... (no synchronising call)."""
+    gradients all-reduced by hand) beside a class named Sync... (no synchronising call); an
+    evaluation loader read through a reader wrapped around it (review6_eval.py); loaders that
+    a method of a project class returns as a tuple, built by its private methods
+    (project/train_review6.py); a URL built with += whose port is an environment read's
+    default (a note, review6.py)."""
     review = FIXTURES / "review6.py"
     assert sorted(expected_in(review)) == [
-        (18, "DDP130", False), (23, "DDP110", False), (37, "DDP191", False), (63, "DDP191", False)]
+        (18, "DDP130", False), (23, "DDP110", False), (37, "DDP191", False), (63, "DDP191", False),
+        (70, "DDP130", True)]
     assert found_in(review) == expected_in(review)
     messages = {(f["line"], f["code"]): f["message"] for f in findings(review)}
     assert messages[(18, "DDP130")].startswith("init_method 'tcp://127.0.0.1:23456': a fixed port")
-    for line, name in ((37, "watched"), (63, "drift.item")):  # drift: from the output of the optimizer's module
+    assert messages[(70, "DDP130")].startswith("init_method 'tcp://localhost:23500' (through url)")
+    for line, name in ((37, "watched"), (63, "drift.item")):  # drift: the output of the optimizer's module
         assert messages[(line, "DDP191")].startswith(f"this break leaves the loop on `{name}`, a value")
     assert findings(FIXTURES / "clean_review6.py") == []
     assert findings(PROJECT / "clean_review6.py") == []
+    # an evaluation loader read through a reader around it (reader.next() in a while loop of
+    # a validate() that calls .eval()); the training loader read the same way is no evaluation
+    evaluation = FIXTURES / "review6_eval.py"
+    assert found_in(evaluation) == expected_in(evaluation) == {(59, "DDP031", False)}
+    # loaders returned as a tuple by a method of a project class, built by its private methods
+    train = PROJECT / "train_review6.py"
+    assert found_in(train) == expected_in(train) == {(34, "DDP031", False)}
+    [padded] = findings(train)
+    assert padded["message"].startswith(
+        "the DistributedSampler of the loader that loaders() (helpers/loaders.py) returns pads the shards")
 
 
 def write_project(root, files):
@@ -558,6 +574,27 @@ def test_the_third_reviews_files_are_labelled_and_tabled():
     page = (REPO / "docs" / "check.md").read_text()
     for part in ("numbers", "files"):
         assert f'--8<-- "tests/check_corpus_review5.md:{part}"' in page
+
+
+def test_the_fourth_reviews_files_are_labelled_and_tabled():
+    """tests/check_corpus_review6.tsv: the next fresh review's 15 files, labelled from the
+    reviewer's table, with what the reviewed version (999036c) and this one said; docs/check.md
+    includes the table made from it, and the table is the label file's."""
+    spec = importlib.util.spec_from_file_location("check_corpus", REPO / "tests" / "check_corpus.py")
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    rows = corpus.read_labels(corpus.REVIEW6)
+    assert len({(r["repo"], r["path"]) for r in rows}) == 15 and {r["set"] for r in rows} == {"review6"}
+    assert {r["label"] for r in rows} <= {"true", "false", "note", "clean"} and all(r["reason"] for r in rows)
+    before, after = corpus.tally(rows, "before"), corpus.tally(rows, "after")
+    assert (before["flagged"], before["flagged_true"]) == (22, 18)  # the review's own run
+    assert after["flagged"] == after["flagged_true"]  # no false alarm left on these files
+    table = corpus.review_table(rows)
+    assert (REPO / "tests" / "check_corpus_review6.md").read_text() == table
+    assert "| 999036c, the review's run | 22 (18, 4) |" in table
+    page = (REPO / "docs" / "check.md").read_text()
+    for part in ("numbers", "files"):
+        assert f'--8<-- "tests/check_corpus_review6.md:{part}"' in page
 
 
 # --------------------------------------------------------------------------- preflight

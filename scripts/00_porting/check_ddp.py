@@ -1694,6 +1694,23 @@ class Checker:
         cls = next((n for n in checker.tree.body if isinstance(n, ast.ClassDef) and n.name == imported), None)
         return (checker, cls) if cls is not None else None
 
+    def instance_method(self, call):
+        """(Checker, method) that `obj.method(...)` runs where `obj` is made in sight by a
+        class of the project (`loaders = LoaderMaker(df)`, then `loaders.build(rank)`)."""
+        if self.project is None or not isinstance(call.func, ast.Attribute):
+            return None
+        owner = call.func.value
+        maker = owner if isinstance(owner, ast.Call) else None
+        if isinstance(owner, ast.Name):
+            maker = next((v for v in self.assigned(owner.id, self.function_of(call))
+                          if isinstance(v, ast.Call)), None)
+        found = self.external_class(maker) if maker is not None else None
+        if found is None:
+            return None
+        checker, cls = found
+        method = next((n for n in cls.body if isinstance(n, FUNCTION) and n.name == call.func.attr), None)
+        return (checker, method) if method is not None else None
+
     def constructs(self, call, what):
         """What `_follow` finds in the `__init__` of a class of this file or of the project
         that `call` makes (`trainer = Trainer(config)`, whose `__init__` sets the device)."""
@@ -1735,7 +1752,7 @@ class Checker:
             element, call = tuple_node.elts.index(node), assign.value
         elif not isinstance(node, ast.Call) or last(node) in ("DistributedSampler", "DataLoader"):
             return None
-        external = self.external(call)
+        external = self.external(call) or self.instance_method(call)
         candidates = external[0].sampler_made(external[1], element=element) if external is not None else []
         for sampler, kind, chain in candidates:
             checker, function = external
@@ -1817,6 +1834,11 @@ class Checker:
                 for made in ast.walk(value):
                     if not isinstance(made, ast.Call):
                         continue
+                    if made is value and depth < 2 and last(made) != "DataLoader" \
+                            and (resolved := self.resolve(made)) is not None and resolved[1] is not function \
+                            and isinstance(resolved[1], FUNCTION):  # val_loader = self._val_loader(rank)
+                        found += [(sampler, "loader", [(*resolved, made)] + chain) for sampler, kind, chain
+                                  in resolved[0].sampler_made(resolved[1], depth + 1) if kind == "loader"]
                     if last(made) == "DataLoader":
                         inner = keyword(made, "sampler")
                         samplers = [inner] + (
@@ -2124,6 +2146,18 @@ class Checker:
                     isinstance(n, ast.Name) and n.id == name for n in ast.walk(unwrap_iter(node.iter))):
                 if self.in_evaluation(node.iter, strict):
                     return "yes"
+            if isinstance(node, ast.While) and self.in_evaluation(node, strict) and any(
+                    isinstance(c, ast.Call) and self.fetches_from(c, name) for c in ast.walk(node)):
+                return "yes"  # while batch is not None: ...; batch = next(it) (or it.next())
+            holder = self.parents.get(node)
+            if isinstance(node, ast.Call) and isinstance(holder, ast.Assign) and holder.value is node \
+                    and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name) \
+                    and holder.targets[0].id != name and depth < 3 \
+                    and any(isinstance(a, ast.Name) and a.id == name for a in node.args) \
+                    and self.resolve(node) is None:
+                # a reader around the loader (prefetcher = data_prefetcher(loader), batches = iter(loader))
+                if self.reads_under_no_grad(holder.targets[0].id, scope, strict, depth + 1) == "yes":
+                    return "yes"
             if not (
                 isinstance(node, ast.Call)
                 and any(
@@ -2153,6 +2187,14 @@ class Checker:
                     r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)", last(node)):
                 verdict = "note"
         return verdict
+
+    @staticmethod
+    def fetches_from(call, name):
+        """`call` takes the next batch from `name`: next(name), name.next(), name.__next__()."""
+        if isinstance(call.func, ast.Name) and call.func.id == "next":
+            return bool(call.args) and isinstance(call.args[0], ast.Name) and call.args[0].id == name
+        return isinstance(call.func, ast.Attribute) and call.func.attr in ("next", "__next__") \
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == name
 
     def keyed_by_id(self, function):
         """`function` keeps results by sample id (`{target["image_id"]: output ...}`,
@@ -3014,6 +3056,11 @@ class Checker:
         if isinstance(expr, ast.Name):
             for value in self.assigned(expr.id, scope):
                 found += self.url_values(value, scope, depth + 1, passed)
+            for node in self.by_scope.get(scope, []):  # url = "tcp://"; url += host + ":" + port
+                if found and isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) \
+                        and isinstance(node.target, ast.Name) and node.target.id == expr.id:
+                    more = self.url_values(node.value, scope, depth + 1, passed) or [("{?}", node.value)]
+                    found = [(text + tail, where) for text, _ in found for tail, where in more][:8]
         if isinstance(expr, ast.Attribute) and dotted(expr):  # args.dist_url = ...: set anywhere, read here
             self.assigned(dotted(expr), scope)  # builds the table
             for value, where, _ in self._memo["assignments"].get(dotted(expr), []):

@@ -61,3 +61,11 @@ def policy_updates(rounds, threshold):
         optimizer.step()
         if drift.item() > threshold:
             break  # expect: DDP191
+
+
+def start_group(rank, world):
+    """The URL built in two steps, its port the default of an environment read: a note."""
+    url = "tcp://"
+    url += os.getenv("MASTER_ADDR", "localhost") + ":"
+    url += os.getenv("MASTER_PORT", "23500")  # expect: DDP130 note
+    dist.init_process_group("nccl", init_method=url, world_size=world, rank=rank)
