@@ -5,6 +5,7 @@ srun starts ranks with the MPIs' PMI plugins."""
 from __future__ import annotations
 
 import re
+import socket
 import sys
 
 import pytest
@@ -64,10 +65,15 @@ def test_torchrun_job_script_under_sbatch(slurm, tmp_path):
 
 def test_srun_job_script_beside_a_job_on_a_fixed_port(slurm, tmp_path):
     """srun alone starts the ranks; and the chapter's pitfall under the real scheduler. A
-    first job holds MASTER_PORT=29500 (exported; fixed_port.py --hold-until: it waits without
-    work); beside it, on the same node, the job script with the same port exported cannot
-    listen (bad), and without it, on its job id's port, runs beside the first (good)."""
-    fixed = slurm.env(MASTER_PORT="29500")
+    first job holds a fixed MASTER_PORT (exported; fixed_port.py --hold-until: it waits
+    without work); beside it, on the same node, the job script with the same port exported
+    cannot listen (bad), and without it, on its job id's port, runs beside the first (good).
+    The fixed port is one the system has free now, not 29500: chapter 13's captures pin 29500
+    and may run in the background meanwhile."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        fixed_port = probe.getsockname()[1]
+    fixed = slurm.env(MASTER_PORT=str(fixed_port))
     first_output, release = tmp_path / "first.out", tmp_path / "release"
     hold = f"{sys.executable} {FOLDER}/fixed_port.py --hold-until {release}"
     first = slurm.command("sbatch", "--parsable", "--ntasks=2", "--time=5", f"--output={first_output}",
@@ -75,17 +81,17 @@ def test_srun_job_script_beside_a_job_on_a_fixed_port(slurm, tmp_path):
     first_id = first.stdout.split(";")[0].strip()
     assert first.returncode == 0 and first_id.isdigit(), first.stdout
     try:
-        slurm.wait_for_output(first_output, "holding the port until")  # its rank 0 listens on 29500
+        slurm.wait_for_output(first_output, "holding the port until")  # its rank 0 listens on the port
 
         bad_output, good_output = tmp_path / "bad.out", tmp_path / "good.out"
         bad = slurm.submit(["sbatch", "--parsable", f"--output={bad_output}", f"{FOLDER}/slurm_srun.sh"],
                            output=bad_output, env=fixed)
         assert bad.returncode != 0, bad.output
-        assert "master localhost:29500" in bad.output
+        assert f"master localhost:{fixed_port}" in bad.output
         # rank 0 cannot listen, or rank 1 reached the first job's rank 0 first: which one
         # explains it is a race (the step ends at the first rank that fails)
-        explanations = ("port 29500 on localhost is already in use",
-                        f"reached the master at localhost:29500, but it belongs to job {first_id} ")
+        explanations = (f"port {fixed_port} on localhost is already in use",
+                        f"reached the master at localhost:{fixed_port}, but it belongs to job {first_id} ")
         assert any(text in bad.output for text in explanations), bad.output
 
         good = slurm.submit(["sbatch", "--parsable", f"--output={good_output}", f"{FOLDER}/slurm_srun.sh"],
