@@ -295,7 +295,11 @@ def explain_and_exit(ctx: DistributedContext, args, epoch: int, where: str, wait
     gloo_says = re.sub(r"^\[[^\]]*\]\s*", "", (str(error).strip().splitlines() or [""])[0])
     print(f"rank {ctx.rank}: waited in {where} after {steps} steps, failed after {waited:.1f} s: "
           f"{gloo_says}", file=sys.stderr, flush=True)
-    time.sleep(1.0)  # a launcher stops all ranks once one exits: give each time to say the above
+    # A launcher stops every rank once one exits, and an exiting rank closes its connections:
+    # a rank still waiting would read "Connection closed by peer", not its own timeout. Stay
+    # one more --timeout, so every rank that waits reaches its own (a loaded machine starts
+    # the ranks' waits seconds apart).
+    time.sleep(max(1.0, args.timeout))
     raise SystemExit(1)
 # --8<-- [end:explain]
 
