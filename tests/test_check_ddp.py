@@ -279,6 +279,10 @@ def test_shapes_of_the_fourth_review():
     # a validate() that calls .eval()); the training loader read the same way is no evaluation
     evaluation = FIXTURES / "review6_eval.py"
     assert found_in(evaluation) == expected_in(evaluation) == {(59, "DDP031", False)}
+    steps = FIXTURES / "review6_steps.py"  # but a batch taken with next() under no_grad is no reader
+    assert all(map(check_ddp.EVAL_NAME.search, ("evaluation", "validate", "run_eval", "test_epoch")))
+    assert not any(map(check_ddp.EVAL_NAME.search, ("evaluator", "testing_helper", "latest")))
+    assert found_in(steps) == expected_in(steps) == {(19, "DDP030", False)}
     # loaders returned as a tuple by a method of a project class, built by its private methods
     train = PROJECT / "train_review6.py"
     assert found_in(train) == expected_in(train) == {(34, "DDP031", False)}

@@ -166,6 +166,8 @@ LOCAL_CALL = re.compile(r"(?i)(^|_)(loss(es)?|criterion|accuracy|acc|acc1|top1|t
                         r"cross_entropy|nll_loss|mse_loss|l1_loss|kl_div|ctc_loss|"
                         r"(^|_)(f1|precision|recall|auroc|roc_auc|auc|iou|miou|dice|bleu)(_score)?$")
 MODEL_NAME = re.compile(r"(?i)(^|_)(model|net|network|encoder|classifier|generator|discriminator)$")
+# A function that evaluates, by its name: evaluate(), validation_epoch(), test().
+EVAL_NAME = re.compile(r"(?i)(^|_)(eval|evaluate|evaluation|validate|validation|valid|test)(_|$)")
 # An optimizer class given a module's parameters(), and the methods of a module that compute no output.
 OPTIMIZER_CLASS = re.compile(r"(?i)optim|^(sgd|adam\w*|rmsprop|adagrad|adadelta|adafactor|lamb|lars|lion)$")
 MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
@@ -1306,7 +1308,7 @@ class Checker:
             return True
         function = next((a for a in self.ancestors(node) if isinstance(a, FUNCTION)), None)
         return function is not None and self.calls_eval(function) and bool(
-            re.search(r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)", function.name))
+            EVAL_NAME.search(function.name))
 
     # -- what functions of this file do, followed into the functions they call
     def _follow(self, function, what):
@@ -2154,8 +2156,9 @@ class Checker:
                     and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name) \
                     and holder.targets[0].id != name and depth < 3 \
                     and any(isinstance(a, ast.Name) and a.id == name for a in node.args) \
-                    and self.resolve(node) is None:
-                # a reader around the loader (prefetcher = data_prefetcher(loader), batches = iter(loader))
+                    and not self.fetches_from(node, name) and self.resolve(node) is None:
+                # a reader around the loader (prefetcher = data_prefetcher(loader), batches = iter(loader));
+                # not a batch taken from it (batch = next(batches))
                 if self.reads_under_no_grad(holder.targets[0].id, scope, strict, depth + 1) == "yes":
                     return "yes"
             if not (
@@ -2184,7 +2187,7 @@ class Checker:
                         return "yes"
                     verdict = inner or verdict
             elif resolved is None and re.search(
-                    r"(?i)(^|_)(eval|evaluate|validate|validation|valid|test)(_|$)", last(node)):
+                    EVAL_NAME, last(node)):
                 verdict = "note"
         return verdict
 
