@@ -291,6 +291,25 @@ def test_shapes_of_the_fourth_review():
         "the DistributedSampler of the loader that loaders() (helpers/loaders.py) returns pads the shards")
 
 
+def test_shapes_of_the_fifth_review():
+    """A fifth review's false alarms and misses, each a fixture of our own. Quiet
+    (clean_review7.py): an FSDP1 model's state_dict() at FSDP1's default, the whole model
+    (torch 2.14: _FSDPState._state_dict_type = FULL_STATE_DICT), saved by rank 0. Said
+    (review7.py): FSDP1 told to give its sharded state, then torch.save. Quiet
+    (project/clean_review7.py): a launcher helper given "torchrun", whose Slurm branch with
+    the port never runs; a shuffling loader in the else of `if opt["dist"]:`. Said
+    (project/train_review7.py): the same helper given "slurm"."""
+    review = FIXTURES / "review7.py"
+    assert found_in(review) == expected_in(review)
+    assert (27, "DDP160", False) in expected_in(review)
+    assert findings(FIXTURES / "clean_review7.py") == []
+    assert findings(PROJECT / "clean_review7.py") == []
+    train = PROJECT / "train_review7.py"
+    assert found_in(train) == expected_in(train) == {(11, "DDP130", False)}
+    [port] = findings(train)
+    assert port["message"].startswith("init_dist() (helpers/launchers.py:26) sets MASTER_PORT to 29561")
+
+
 def write_project(root, files):
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)

@@ -305,6 +305,21 @@ def is_flag_test(node):
     )
 
 
+DISTRIBUTED_FLAG = re.compile(r"(?i)^(is_|use_|using_|enable_|with_|run_)?(dist|distributed|ddp|multi_?gpu)$")
+
+
+def is_distributed_flag(test):
+    """A test of whether the job is distributed at all, by a flag's name: `args.distributed`,
+    `opt["dist"]`, `use_ddp`, `dist.is_initialized()`."""
+    if isinstance(test, ast.Call):
+        return last(test) == "is_initialized"
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) \
+            and isinstance(test.slice.value, str):
+        return bool(DISTRIBUTED_FLAG.match(test.slice.value))
+    word = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else ""
+    return bool(DISTRIBUTED_FLAG.match(word))
+
+
 def rank_zero_side(test):
     """(the value tested, True) for `x == 0`, `x in {-1, 0}`, `x < 1`; (..., False) for
     `x != 0`, `x > 0`, `x >= 1`, `x not in (-1, 0)`: rank 0 or the others. None otherwise."""
@@ -1478,6 +1493,8 @@ class Checker:
                 continue
             if keyword(call, "generator") is not None:
                 continue  # an order of its own, chosen on purpose (a reference run every rank repeats)
+            if self.single_process(call):
+                continue  # the else of `if opt["dist"]:`: the run without DDP
             if name != "DataLoader" and self.builds_sampler(call):
                 continue  # create_data_loader(ds, shuffle=True): a helper that gives it a sampler
             dataset = call.args[0] if call.args else keyword(call, "dataset")
@@ -1495,6 +1512,24 @@ class Checker:
                 self.add("DDP010", call, f"{name}(shuffle=...) without a sampler, over a data set made "
                          "elsewhere: unless it is split by rank there, every rank iterates over all of it; "
                          "pass sampler=DistributedSampler(dataset)", "note")
+
+    def single_process(self, node):
+        """`node` runs only where the job is not distributed: in the else of a test on a
+        distributed flag (`if args.distributed:`, `if opt["dist"]:`, `if use_ddp:`,
+        `if dist.is_initialized():`), or in the body of `if not ...` of one."""
+        child = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, SCOPE):
+                break
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and child is not ancestor.test:
+                test, side = ancestor.test, True
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, side = test.operand, False
+                body = ancestor.body if isinstance(ancestor, ast.If) else [ancestor.body]
+                if is_distributed_flag(test) and (child in body) != side:
+                    return True
+            child = ancestor
+        return False
 
     def builds_sampler(self, call):
         """A loader helper of the file or the project that makes a sampler that splits the
@@ -2455,9 +2490,7 @@ class Checker:
         return dotted(owner) in self._memo["loaded_into"]
 
     def rule_saves(self):
-        shard_names = {"fully_shard", "FullyShardedDataParallel", "FSDP", "FSDPModule", "DTensor"}
-        sharded = bool(shard_names & self.names) \
-            or any("fsdp" in module for module in self.modules)
+        sharded = self.sharded_state()
         for call in self.calls:
             name = self.origin(call.func)
             scope = self.function_of(call)
@@ -2523,6 +2556,32 @@ class Checker:
                 whole = " (the whole module)" if all(kind == "module" for kind, _ in saved) else ""
                 self.add("DDP040", call, f"torch.save{whole} runs on every rank: N processes write the same "
                          "file; save on rank 0 alone (if rank == 0:), then dist.barrier()")
+
+    def sharded_state(self):
+        """A model's state_dict() holds shards here: FSDP2 (`fully_shard`, DTensor), or FSDP1
+        told to give its sharded or local state (SHARDED_STATE_DICT, LOCAL_STATE_DICT), in the
+        file or in an fsdp module of the project it imports. FSDP1's own default is the whole
+        model (torch 2.14: `_FSDPState._state_dict_type = StateDictType.FULL_STATE_DICT`,
+        torch/distributed/fsdp/_common_utils.py), which its state_dict() gathers."""
+        shards = {"fully_shard", "FSDPModule", "DTensor", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT"}
+        if shards & (self.names | self.attrs):
+            return True
+        if self.project is None or self.path is None:
+            return False
+        for node in self.nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                    else [node.module or ""]
+                level = getattr(node, "level", 0)
+                for module in (m for m in modules if "fsdp" in m.lower()):
+                    path = self.project.find(module, level, self.folder)
+                    tree = parse_module(path) if path is not None else None
+                    if tree is not None and any(
+                            (isinstance(n, ast.Name) and n.id in ("fully_shard", "FSDPModule"))
+                            or (isinstance(n, ast.Attribute) and n.attr == "set_state_dict_type")
+                            for n in ast.walk(tree)):
+                        return True
+        return False
 
     def outermost(self, owner, line, scope):
         """'ddp' or 'compile': what the last binding of `owner` before `line` made, where it
@@ -2872,7 +2931,7 @@ class Checker:
             return self._memo[key]
         self._memo[key] = []
         nodes = self.nodes if function is None else self.own_nodes(function)
-        found = []
+        found, via = [], self._memo.setdefault(("port_via", function), {})
         for node in nodes:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
@@ -2890,11 +2949,18 @@ class Checker:
                     and not self.guarded_within(node, function):
                 target = self.callee(node)  # a function of the same module that the helper calls
                 if target is not None and target is not function:
+                    inner = self.port_settings(target)
+                    via.update({id(where): node for where, *_ in inner})  # reached through this call
                     found += [(where, value, kind, fallback or self.defers_to_launcher(node),
                                portless or self.under_portless_launcher(node))
-                              for where, value, kind, fallback, portless in self.port_settings(target)]
+                              for where, value, kind, fallback, portless in inner]
         self._memo[key] = found
         return found
+
+    def port_via(self, function, node):
+        """The node of `function` itself through which it reaches the port setting `node`: the
+        setting, or the call of the function of its module that sets it."""
+        return self._memo.get(("port_via", function), {}).get(id(node), node)
 
     def defers_to_launcher(self, node):
         """This code runs only where no launcher set its variables: under a test that reads
@@ -2991,6 +3057,8 @@ class Checker:
                       for param in checker.params(function)
                       if (value := checker.passed(function, call, param)) is not None}
             for node, value, kind, defers, portless in checker.port_settings(function):
+                if self.turned_off(checker, function, checker.port_via(function, node), call):
+                    continue  # init_dist("pytorch"): the branch that sets the port never runs
                 for text, where, env_default in checker.fixed_ports(value, kind, function, passed):
                     here = where in self.parents  # the number is in this file: an option's default
                     at = where if here else call
