@@ -295,19 +295,40 @@ def test_shapes_of_the_fifth_review():
     """A fifth review's false alarms and misses, each a fixture of our own. Quiet
     (clean_review7.py): an FSDP1 model's state_dict() at FSDP1's default, the whole model
     (torch 2.14: _FSDPState._state_dict_type = FULL_STATE_DICT), saved by rank 0. Said
-    (review7.py): FSDP1 told to give its sharded state, then torch.save. Quiet
+    (review7.py): FSDP1 told to give its sharded state, then torch.save; the optimizer of an
+    FSDP1 model saved (its state is this rank's shards; review7_fsdp1.py); nccl as the default
+    of a setup function's parameter, without set_device (review7_nccl.py). Quiet
     (project/clean_review7.py): a launcher helper given "torchrun", whose Slurm branch with
     the port never runs; a shuffling loader in the else of `if opt["dist"]:`. Said
-    (project/train_review7.py): the same helper given "slurm"."""
+    (project/train_review7.py): the same helper given "slurm"; an epoch helper of the project
+    whose loss scaler is told update_grad=apply_update, a name that counts micro-batches, with
+    no no_sync() (at the call of the helper); a port fallback in a branch that an option picks
+    and that reads Open MPI's variables: a warning (project/train_review7_mpi.py); a padding
+    sampler read by an
+    evaluation that writes each sample's id with its result (a note, not a warning)."""
     review = FIXTURES / "review7.py"
     assert found_in(review) == expected_in(review)
     assert (27, "DDP160", False) in expected_in(review)
     assert findings(FIXTURES / "clean_review7.py") == []
     assert findings(PROJECT / "clean_review7.py") == []
+    fsdp1 = FIXTURES / "review7_fsdp1.py"  # FSDP1's model whole, its optimizer's state in shards
+    assert found_in(fsdp1) == expected_in(fsdp1) == {(27, "DDP160", False)}
+    nccl = FIXTURES / "review7_nccl.py"  # nccl as a parameter's default, no set_device
+    assert found_in(nccl) == expected_in(nccl) == {(14, "DDP131", False)}
     train = PROJECT / "train_review7.py"
-    assert found_in(train) == expected_in(train) == {(11, "DDP130", False)}
-    [port] = findings(train)
-    assert port["message"].startswith("init_dist() (helpers/launchers.py:26) sets MASTER_PORT to 29561")
+    assert found_in(train) == expected_in(train) == {
+        (19, "DDP130", False), (33, "DDP050", False), (35, "DDP031", True)}
+    messages = {f["code"]: f["message"] for f in findings(train)}
+    assert messages["DDP050"].startswith("train_one_epoch() (helpers/epochs.py) calls loss_scaler(..., "
+                                         "update_grad=...) (helpers/epochs.py:10)")
+    assert messages["DDP130"].startswith("init_dist() (helpers/launchers.py:26) sets MASTER_PORT to 29561")
+    mpi = PROJECT / "train_review7_mpi.py"  # an option picks the mpiexec branch: its fallback always runs
+    assert found_in(mpi) == expected_in(mpi) == {(17, "DDP130", False)}
+    [port] = findings(mpi)
+    assert "sets MASTER_PORT to 29562 where none is set, in code that runs under srun or mpiexec" \
+        in port["message"]
+    # an evaluation that writes each sample's id beside its result: a merge may drop the repeats
+    assert "keeps its results by sample id, which drops the repeats" in messages["DDP031"]
 
 
 def write_project(root, files):

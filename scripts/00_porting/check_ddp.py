@@ -2245,11 +2245,16 @@ class Checker:
                 keys = [k for k in node.keys if k is not None and not isinstance(k, ast.Constant)]
             elif isinstance(node, ast.Assign):
                 keys = [t.slice for t in node.targets if isinstance(t, ast.Subscript)]
+            elif isinstance(node, ast.Call) and last(node) in ("format", "append", "write", "writerow"):
+                keys = list(node.args)  # a record per sample, its id first: written out, merged later
+            elif isinstance(node, ast.JoinedStr):
+                keys = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
             for key in keys:
                 for n in ast.walk(key):
                     word = last(n) if isinstance(n, (ast.Name, ast.Attribute)) else (
                         n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else "")
-                    if re.search(r"(?i)(^|_)(ids?|idx|index|indices|uid)$", word):
+                    if re.search(r"(?i)(^|_)(ids?|idx|index|indices|uid)$", word) and not re.search(
+                            r"(?i)(input|token|attention|position|label|type)_ids?$", word):
                         return True
         return False
 
@@ -2491,6 +2496,7 @@ class Checker:
 
     def rule_saves(self):
         sharded = self.sharded_state()
+        fsdp1 = bool({"FullyShardedDataParallel", "FSDP"} & self.names)  # its optimizer's state: shards
         for call in self.calls:
             name = self.origin(call.func)
             scope = self.function_of(call)
@@ -2537,11 +2543,17 @@ class Checker:
             helper = self.saver(target) if target is not None else None
             if not saved or not ((name in ("torch.save", "save") and target is None) or helper is not None):
                 continue
+            optimizers = [state for state in states if fsdp1 and isinstance(state.func, ast.Attribute)
+                          and re.search(r"(?i)optim", last(state.func.value))]
             if sharded and not all(
                 self.full_state(state) or self.of_ddp(state, call.lineno) for state in states
             ):
                 self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes "
                          "its own shards; use torch.distributed.checkpoint (dcp.save)")
+            elif optimizers:
+                self.add("DDP160", call, "torch.save of the optimizer of an FSDP model: its state_dict() "
+                         "holds this rank's shards, whatever the model's state_dict type; use "
+                         "FSDP.optim_state_dict() or torch.distributed.checkpoint (dcp.save)")
             elif self.guarded(call) or (helper is None and self.per_rank_path(call)):
                 continue
             elif helper is not None:
@@ -2727,6 +2739,29 @@ class Checker:
             if accumulating:
                 self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
                          "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
+        for call in self.calls:  # train_one_epoch(model, ...) of the project: its loss scaler
+            external = self.external(call)
+            scaled = external[0].scaled_every_few(external[1]) if external is not None else None
+            if scaled is not None:
+                self.add("DDP050", call, f"{self.helper_name(call, *external)} calls {last(scaled)}(..., "
+                         f"update_grad=...) ({self.at(external[0], scaled)}): backward() on every "
+                         "micro-batch, the step after several, and each backward() all-reduces; wrap all "
+                         "but the last in model.no_sync()")
+
+    def scaled_every_few(self, function):
+        """The loss scaler call of a loop of `function` (a module of the project) told to step
+        every few micro-batches (`loss_scaler(loss, optimizer, update_grad=(i + 1) % k == 0)`),
+        where the module shows no no_sync() or require_backward_grad_sync."""
+        if self.attrs & {"no_sync", "require_backward_grad_sync"}:
+            return None
+        for loop in self.own_nodes(function):
+            if isinstance(loop, (ast.For, ast.While)):
+                for call in (n for s in loop.body for n in ast.walk(s) if isinstance(n, ast.Call)):
+                    told = keyword(call, "update_grad")
+                    values = [told] + (self.assigned(told.id, function) if isinstance(told, ast.Name) else [])
+                    if told is not None and any(self.counts_steps(v) for v in values):
+                        return call  # update_grad=apply_update, apply_update = (i + 1) % k == 0
+        return None
 
     def skipped_before(self, step, loop, backwards):
         """`if step % k != 0: continue` between a backward() and the step: the backward runs
@@ -2991,6 +3026,13 @@ class Checker:
         for ancestor in self.ancestors(node):
             if isinstance(ancestor, ast.If) and child in ancestor.body and theirs(ancestor.test):
                 return True
+            if isinstance(ancestor, ast.If) and child is not ancestor.test and any(
+                    isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and theirs(n.slice)
+                    and not any(isinstance(a, (ast.If, ast.IfExp, ast.Try))
+                                for a in self.between(n, ancestor))
+                    for s in (ancestor.body if child in ancestor.body else ancestor.orelse)
+                    for n in ast.walk(s)):
+                return True  # elif args.launcher == "mpi": rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
             if isinstance(ancestor, SCOPE):
                 break
             child = ancestor
@@ -3192,11 +3234,30 @@ class Checker:
                 continue
             backend = call.args[0] if call.args else keyword(call, "backend")
             if backend is None or not any(isinstance(n, ast.Constant) and "nccl" in str(n.value)
-                                          for n in ast.walk(backend)):
+                                          for value in self.parameter_values(backend, call)
+                                          for n in ast.walk(value)):
                 continue
             self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device: every "
                      "rank's current GPU is GPU 0, where the *_object collectives put their tensors; call "
                      "torch.cuda.set_device(local_rank) before init_process_group")
+
+    def parameter_values(self, expr, node):
+        """`expr`, or where it is a parameter of the function around `node`, what the file's
+        calls give it, its default where they give none (`def setup(backend="nccl")`)."""
+        scope = self.function_of(node)
+        if not (isinstance(expr, ast.Name) and isinstance(scope, FUNCTION) and expr.id in self.params(scope)):
+            return [expr]
+        sites = self.sites.get(scope, [])
+        values = [self.passed(scope, site, expr.id) for site in sites]
+        if not sites:
+            args = scope.args
+            positional = args.posonlyargs + args.args
+            defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):],
+                                args.defaults, strict=True))
+            defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                             if d is not None})
+            values = [defaults.get(expr.id)]
+        return [expr] + [v for v in values if v is not None]
 
     def worker(self):
         """A function of this file that starts the group (itself or through a function it

@@ -26,3 +26,14 @@ def _init_slurm(backend):
     os.environ["MASTER_PORT"] = "29561"
     os.environ["RANK"] = str(rank)
     dist.init_process_group(backend)
+
+
+def init_from_options(args):
+    if args.launcher == "mpi":
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        os.environ.setdefault("MASTER_PORT", "29562")
+        os.environ["RANK"] = str(rank)
+    elif args.launcher != "torchrun":
+        return
+    torch.cuda.set_device(int(os.environ["RANK"]) % torch.cuda.device_count())
+    dist.init_process_group("nccl")
