@@ -38,6 +38,8 @@ measured there. Its folder is REVIEW_DIR/owner__name/path, each file in its whol
 
 tests/check_corpus_review6.tsv holds a fourth fresh review's 15 files (set review6), the same
 way: `before` is what the reviewed version (999036c) said, `after` this one.
+tests/check_corpus_review7.tsv holds a fifth (set review7), from that reviewer's table: `before`
+is what the reviewed version (8c072c6) said, `after` this one.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "tests" / "check_corpus.tsv"
 REVIEW = REPO / "tests" / "check_corpus_review5.tsv"  # a fresh review's 15 files: f69ac21, then now
 REVIEW6 = REPO / "tests" / "check_corpus_review6.tsv"  # the next fresh review's 15 files: 999036c, then now
-REVIEWED = {"review5": "f69ac21", "review6": "999036c"}  # the version each review ran
+REVIEW7 = REPO / "tests" / "check_corpus_review7.tsv"  # a fifth fresh review's 15 files: 8c072c6, then now
+REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6"}  # the version each review ran
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
 WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(")

@@ -641,6 +641,28 @@ def test_the_fourth_reviews_files_are_labelled_and_tabled():
         assert f'--8<-- "tests/check_corpus_review6.md:{part}"' in page
 
 
+def test_the_fifth_reviews_files_are_labelled_and_tabled():
+    """tests/check_corpus_review7.tsv: a blind review's 15 files, labelled from the reviewer's
+    table, with what the reviewed version (8c072c6) and this one said; docs/check.md includes
+    the table made from it, and the table is the label file's."""
+    spec = importlib.util.spec_from_file_location("check_corpus", REPO / "tests" / "check_corpus.py")
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    rows = corpus.read_labels(corpus.REVIEW7)
+    assert len({(r["repo"], r["path"]) for r in rows}) == 15 and {r["set"] for r in rows} == {"review7"}
+    assert {r["label"] for r in rows} <= {"true", "false", "note", "clean"} and all(r["reason"] for r in rows)
+    before, after = corpus.tally(rows, "before"), corpus.tally(rows, "after")
+    assert (before["flagged"], before["flagged_true"]) == (19, 15)  # the review's own run: 0.79
+    assert after["flagged"] == after["flagged_true"]  # no false alarm left on these files
+    table = corpus.review_table(rows)
+    assert (REPO / "tests" / "check_corpus_review7.md").read_text() == table
+    assert "| 8c072c6, the review's run | 19 (15, 4) |" in table
+    page = (REPO / "docs" / "check.md").read_text()
+    assert "### A fifth review (blind)" in page
+    for part in ("numbers", "files"):
+        assert f'--8<-- "tests/check_corpus_review7.md:{part}"' in page
+
+
 # --------------------------------------------------------------------------- preflight
 def assert_preflight_ok(output: str, launcher: str, world: int, nodes: int = 1) -> None:
     header = f"preflight: launcher={launcher} world_size={world} nodes={nodes} backend=gloo rendezvous="
