@@ -171,7 +171,8 @@ EVAL_NAME = re.compile(r"(?i)(^|_)(eval|evaluate|evaluation|validate|validation|
 # An optimizer class given a module's parameters(), and the methods of a module that compute no output.
 OPTIMIZER_CLASS = re.compile(r"(?i)optim|^(sgd|adam\w*|rmsprop|adagrad|adadelta|adafactor|lamb|lars|lion)$")
 MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
-                  "children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "half",
+                  "children", "state_dict", "load_state_dict", "train", "eval", "to",
+                  "cuda", "cpu", "half",  # gpu-checked: method names read from the code, no device
                   "float", "zero_grad", "apply", "requires_grad_", "register_buffer", "register_forward_hook",
                   "register_full_backward_hook", "share_memory"}
 SYNC_CALL = re.compile(r"(?i)sync|all_?reduce|all_?gather|broadcast|reduce_(dict|tensor|value|mean|sum|loss)|"
@@ -4018,10 +4019,12 @@ def training_device(path, argv):
             and given is None
         ):
             return f"{shown} is not given: it trains on the CPU"
-        if action == "store_true" and words & {"cpu", "no_cuda", "no_gpu", "use_cpu"} and given is not None:
+        cpu_flags = {"cpu", "no_cuda", "no_gpu", "use_cpu"}  # gpu-checked: flag names of the training script
+        if action == "store_true" and words & cpu_flags and given is not None:
             return f"{shown} is given: it trains on the CPU"
         value = given if isinstance(given, str) else default
-        if words & {"device", "accelerator"} and isinstance(value, str) and value.lower().startswith("cpu"):
+        cpu_value = isinstance(value, str) and value.lower().startswith("cpu")  # gpu-checked: a flag's value
+        if words & {"device", "accelerator"} and cpu_value:
             return f"{shown} is {value!r}: it trains on the CPU"
         if words & {"backend", "dist_backend"} and isinstance(value, str) and value.lower() == "gloo":
             return f"{shown} is {value!r}: its ranks meet with gloo, on the CPU"
