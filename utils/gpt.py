@@ -327,7 +327,10 @@ class GPT(nn.Module):
                 residual = name.endswith(("attn.proj.weight", "mlp.2.weight"))
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers) if residual else 0.02)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits [batch, length, vocab]; with `targets`, the sum of the cross-entropy over
+        the trained tokens instead (pads and prompts, IGNORE, left out). The loss inside the
+        forward: a compiled model fuses it with the head (nanoGPT computes it there too)."""
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.dropout(self.tokens(idx) + self.positions(positions))
         for block in self.blocks:
@@ -335,7 +338,11 @@ class GPT(nn.Module):
             x = checkpoint(block, x, use_reentrant=False) if self.activation_checkpointing else block(x)
         # The head is tied to the token embedding: one matrix reads and writes characters.
         # Its rows of the characters only: the pad is never predicted.
-        return F.linear(self.norm(x), self.tokens.weight[:self.vocab_size])
+        logits = F.linear(self.norm(x), self.tokens.weight[:self.vocab_size])
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE,
+                               reduction="sum")
 
 
 def build_model(corpus: Corpus, args: argparse.Namespace, device: torch.device,
@@ -347,10 +354,9 @@ def build_model(corpus: Corpus, args: argparse.Namespace, device: torch.device,
 
 
 def token_loss_sum(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The sum of the cross-entropy over the trained tokens; pads and prompts are ignored."""
-    logits = model(inputs)
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE,
-                           reduction="sum")
+    """The sum of the cross-entropy over the trained tokens; pads and prompts are ignored.
+    `model`: the GPT, or a wrapper of it (DDP, FSDP2, torch.compile) that passes `targets` on."""
+    return model(inputs, targets)
 
 
 def mean_token_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -445,7 +451,7 @@ def ceiling_tokens_per_s(model: GPT, args: argparse.Namespace, sequences: int, d
         if step == 1:
             start = synchronized_clock(device)
         with autocast:
-            loss = F.cross_entropy(forward(inputs).flatten(0, 1).float(), targets.flatten())
+            loss = forward(inputs, targets) / targets.numel()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(twin.parameters(), args.grad_clip)
         optimizer.step()

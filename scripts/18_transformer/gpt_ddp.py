@@ -133,14 +133,13 @@ def relative_difference(model, reference):
 def forward_backward(train_model, ddp, micro_batches, variant, ctx, autocast):
     """Loss and backward over this rank's micro-batches (no_sync on all but the last); returns
     this rank's loss sum and its trained tokens, on the device."""
-    counts = [(targets != IGNORE).sum() for _, targets in micro_batches]
-    here = sum(counts)
+    here = sum((targets != IGNORE).sum() for _, targets in micro_batches)
     # --8<-- [start:good]
     # good: every token weighs the same, wherever it is: divide by the global count.
     global_tokens = here.clone()
     dist.all_reduce(global_tokens)  # one small all-reduce per optimizer step
     # --8<-- [end:good]
-    loss_sum = torch.zeros((), device=ctx.device)
+    totals = []
     for k, (inputs, targets) in enumerate(micro_batches):
         last = k == len(micro_batches) - 1
         with ddp.no_sync() if not last else contextlib.nullcontext():
@@ -158,8 +157,8 @@ def forward_backward(train_model, ddp, micro_batches, variant, ctx, autocast):
                     loss = total / global_tokens * ctx.world_size
                     # --8<-- [end:good_loss]
             loss.backward()
-        loss_sum += total.detach()
-    return loss_sum, here
+        totals.append(total.detach())
+    return sum(totals), here
 
 
 def check_against_one_process(model, ddp, batches, args, ctx):
@@ -250,7 +249,9 @@ def main() -> None:
         batches.load_state_dict(state["extra"]["data"])
         print0(f"resumed from {args.resume}: step {start}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
                f"data at {batches.where()}")
-    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    # gradient_as_bucket_view: each .grad a view into DDP's buckets, no copy in or out (chapter 10).
+    ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+              gradient_as_bucket_view=True)
     train_model = torch.compile(ddp) if args.compile else ddp  # chapter 15: DDP first, then compile
     params = count_parameters(model)
     print0(f"model: {args.layers} blocks, dim {args.dim}, {args.heads} heads, block {args.block_size}, "
@@ -273,7 +274,9 @@ def main() -> None:
             torch.cuda.set_sync_debug_mode(args.sync_debug)
         loss_sum, trained, real = train_step(train_model, ddp, optimizer, scheduler, batches, args, ctx,
                                              autocast)
-        sums += torch.stack([loss_sum.double(), trained.double(), real.double()])
+        sums[0] += loss_sum  # in place, on the device: nothing is read back here
+        sums[1] += trained
+        sums[2] += real
         if debug:
             torch.cuda.set_sync_debug_mode("default")
         if step % args.log_every and step % args.eval_every and step != args.steps:
