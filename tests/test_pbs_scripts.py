@@ -159,8 +159,9 @@ def assert_job_output(output: str, job_script: Path) -> None:
 def test_job_script_runs_under_bash_as_pbs_would(tmp_path):
     """The path without a scheduler's launch: bash with the environment PBS Pro sets (a node
     file, a job id, the submit directory). One job script is enough: every job script sources
-    the same scripts/pbs_common.sh, and every one of them runs through qsub below."""
-    job_script = REPO / "scripts" / "01_data_parallel_ddp" / "torchrun_multigpu_ddp.sh"
+    the same scripts/pbs_common.sh, and every one of them runs through qsub below. The one of
+    fewest processes: chapter 13's, two launches of 2 ranks (chapter 01's has three)."""
+    job_script = REPO / "scripts" / "13_multinode_and_hpc" / "pbs_torchrun.sh"
     # PBS lists a node once per requested CPU: the script must count it once.
     env = pbs_env(tmp_path, "4242.pbs01", "localhost", "localhost", venv=job_venv(job_script))
     result = run(["bash", job_script], env=env, cwd=tmp_path, timeout=400)
