@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import sys
 from pathlib import Path
 
@@ -202,46 +201,41 @@ def test_torchrun_node_says_what_it_needs():
 
 
 # --------------------------------------------------------------------------- two launches, one job
-def test_two_launches_in_one_job_both_finish(tmp_path):
+def test_two_launches_in_one_job_both_finish_and_one_forced_onto_a_port_fails_fast(tmp_path):
     """Two `mpiexec -n 2` (MPICH: its Hydra names no launch) side by side in one PBS job, as
     a sweep runs them: the same PBS_JOBID, so a port derived from the job id alone would be
-    the same for both. Rank 0 of each picks a free port and broadcasts it; both finish."""
-    release = tmp_path / "release"
-    first_result, second = both_finish_side_by_side(
-        lambda: mpi_job("mpich", "2001.pbs", "--hold-until", str(release), "--timeout", "20"),
-        lambda: mpi_job("mpich", "2001.pbs", "--timeout", "20"), release)
-    summaries = parse_summary(first_result.output), parse_summary(second.output)
-    assert summaries[0]["port"] != summaries[1]["port"], summaries
-    for summary in summaries:
-        assert summary["port_from"] == "mpi_broadcast" and summary["params_identical"] == "yes", summary
+    the same for both. Rank 0 of each picks a free port and broadcasts it; both finish.
 
-
-def test_two_launches_forced_onto_one_port_fail_fast_and_say_why(tmp_path):
-    """The same, with one MASTER_PORT exported for both: the second launch fails at once (its
-    rank 0 cannot listen; its rank 1 reached the first launch's rank 0, and stops), with a
-    line that names MASTER_PORT, well within its --timeout; the first launch is unharmed."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    Beside the same first launch, a third one with MASTER_PORT exported as the port the first
+    holds: it fails at once (its rank 0 cannot listen; its rank 1 reached the first launch's
+    rank 0, and stops), with a line that names MASTER_PORT, well within its --timeout; the
+    first launch is unharmed. (One holder for both: a launch of 2 ranks fewer.)"""
     release = tmp_path / "release"
-    first = mpi_job("mpich", "2001.pbs", "--hold-until", str(release), "--timeout", "20", master_port=port)
+    first = mpi_job("mpich", "2001.pbs", "--hold-until", str(release), "--timeout", "20")
     first.wait_for("holding the port until")
-    second = mpi_job("mpich", "2001.pbs", "--timeout", "60", master_port=port).finish()
-    first_still_running = first.proc.poll() is None
+    port = int(re.search(r"^rank 0 listens on 127\.0\.0\.1:(\d+) ", "".join(first.lines), flags=re.M)[1])
+    second = mpi_job("mpich", "2001.pbs", "--timeout", "20").finish()
+    forced = mpi_job("mpich", "2001.pbs", "--timeout", "60", master_port=port).finish()
+    first_still_running = first.proc.poll() is None  # all three held their ports at once
     release.touch()
     first_result = first.finish()
 
-    assert second.returncode != 0 and "Traceback" not in second.output, second.output
-    assert second.seconds < 40, f"{second.seconds:.0f} s of its 60 s --timeout: not fast"
+    assert first_still_running, "the launches did not overlap: the test proves nothing"
+    assert first_result.returncode == 0, first_result.output
+    assert second.returncode == 0, second.output
+    summaries = parse_summary(first_result.output), parse_summary(second.output)
+    assert summaries[0]["port"] == str(port) and summaries[0]["port"] != summaries[1]["port"], summaries
+    for summary in summaries:
+        assert summary["port_from"] == "mpi_broadcast" and summary["params_identical"] == "yes", summary
+
+    assert forced.returncode != 0 and "Traceback" not in forced.output, forced.output
+    assert forced.seconds < 40, f"{forced.seconds:.0f} s of its 60 s --timeout: not fast"
     advice = f"It is MASTER_PORT={port}, set for this launch: give each launch (and job) its own MASTER_PORT"
     explanations = (f"setup_distributed: port {port} on 127.0.0.1 is already in use (another job or "
                     f"launch, or a leftover process, holds it). {advice}",
                     f"reached the master at 127.0.0.1:{port}, but it belongs to another launch of the same "
                     "job: job 2001.pbs (launch mpi_token=")
-    assert any(line in second.output for line in explanations), second.output
-    assert first_still_running, "the launches did not overlap: the test proves nothing"
-    assert first_result.returncode == 0, first_result.output
-    assert parse_summary(first_result.output)["port"] == str(port)
+    assert any(line in forced.output for line in explanations), forced.output
 
 
 # --------------------------------------------------------------------------- HPE/Cray node names
