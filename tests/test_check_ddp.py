@@ -331,6 +331,57 @@ def test_shapes_of_the_fifth_review():
     assert "keeps its results by sample id, which drops the repeats" in messages["DDP031"]
 
 
+def test_shapes_of_the_sixth_round():
+    """What the fifth review left, and shapes like it, each a fixture of our own (deeplib/ is a
+    library three and four modules below the scripts). Said at the script's call, with the
+    module's file:line: a thin script whose run() spawns workers that make a Trainer wrapping DDP
+    (its torch.load without map_location, its float16 autocast with no GradScaler) and a Config
+    that starts the group from a URL of its settings, where the script's --port default ends up
+    (project/train_review8_wrapper.py); a backend made from a dict of classes by name, so the
+    script is distributed and its every-rank save is one (train_review8_backend.py); a factory's
+    model, then a method that loads weights two calls down in a base class, and a launch helper
+    picked with getattr(module, "init_dist_%s" % launcher), whose Slurm one sets the port from
+    an option (train_review8_factory.py); a torchmetrics metric, or a class of ours with
+    dist_reduce_fx, computed after every rank read the whole set (review8_metrics.py). Quiet
+    (project/clean_review8.py): the loading method on rank 0 alone, a data file read with
+    torch.load, the launch helper named in full."""
+    wrapper = PROJECT / "train_review8_wrapper.py"
+    assert found_in(wrapper) == expected_in(wrapper) == {
+        (13, "DDP130", False), (15, "DDP042", False), (15, "DDP060", False)}
+    messages = {f["code"]: f["message"] for f in findings(wrapper)}
+    assert messages["DDP042"].startswith("deeplib/engine/trainer.py:16: torch.load without map_location")
+    assert messages["DDP060"].startswith(
+        "deeplib/engine/trainer.py:22: autocast in float16 and no GradScaler")
+    assert messages["DDP130"].startswith("--port defaults to 5679, and the project's config carries it into "
+                                         "init_method at deeplib/config.py:14")
+    for name in ("train_review8_backend.py", "train_review8_factory.py"):
+        assert found_in(PROJECT / name) == expected_in(PROJECT / name), name
+    [save] = findings(PROJECT / "train_review8_backend.py")
+    assert save["message"].startswith("torch.save runs on every rank")
+    factory = {f["code"]: f["message"] for f in findings(PROJECT / "train_review8_factory.py")}
+    assert factory["DDP042"].startswith("deeplib/models/nets.py:17: torch.load without map_location")
+    assert factory["DDP130"].startswith("init_dist_slurm() (deeplib/dist/launchers.py:10) sets MASTER_PORT "
+                                        "to 18888, given here")
+    assert findings(PROJECT / "clean_review8.py") == []
+    metrics = FIXTURES / "review8_metrics.py"
+    assert found_in(metrics) == expected_in(metrics) == {
+        (53, "DDP032", False), (62, "DDP032", False), (69, "DDP032", True)}
+    assert "metric.compute() syncs the metric's states across the ranks" in findings(metrics)[0]["message"]
+
+
+def test_a_thin_script_over_its_library_is_distributed(capsys):
+    """Not 'no torch.distributed in it': the script's DDP is made three modules down, through
+    mp.spawn and a class, or through a dict of classes; the text report says what it found."""
+    for name in ("train_review8_wrapper.py", "train_review8_backend.py"):
+        _, tree = check_ddp.read_source(str(PROJECT / name))
+        project = check_ddp.Project(PROJECT / name)
+        assert check_ddp.Checker(tree, project=project, path=PROJECT / name).distributed
+        assert not check_ddp.Checker(tree).distributed  # alone: nothing distributed in sight
+    assert check_ddp.main([str(PROJECT / "train_review8_backend.py")]) == 1
+    out = capsys.readouterr().out
+    assert "no torch.distributed" not in out and "1 finding in 1 file (1 error)" in out
+
+
 def write_project(root, files):
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)

@@ -530,6 +530,7 @@ class Project:
                 self.roots.append(top)
         self.top = self.roots[-1]
         self.read, self.skipped, self.found = set(), [], {}
+        self.reach = Reach(self)
 
     def find(self, module, level, folder):
         """The file of module `module` (dotted; '' for the package itself), imported with
@@ -628,13 +629,280 @@ class Project:
         return os.path.relpath(path, self.script.parent)
 
 
+FOLLOWED_FILES = 8  # modules checked by rule_followed for one script, at most
+FOLLOWED_LINES = 4000  # and their lines, at most
+FOLLOWED_CALLS = {"save", "load", "backward", "DataLoader", "autocast", "init_process_group",
+                  "DistributedSampler", "all_reduce", "all_gather"}
+# what rule_followed may say of a module of the project: not what hangs on where the module's
+# objects come from (an FSDP or ZeRO model, a converted BatchNorm, set_device or a sampler given
+# by the script), which the module alone cannot tell
+FOLLOWED_CODES = set(RULES) - {"DDP010", "DDP070", "DDP110", "DDP131", "DDP160", "DDP170", "DDP191"}
+FOLLOWED_BY_RULES = {"DDP010", "DDP020", "DDP030", "DDP031", "DDP032", "DDP040", "DDP041", "DDP050",
+                     "DDP130", "DDP131"}  # rules that follow the calls they resolve themselves
+DEEP_HOPS = 8  # how far the project's code is followed past what a Checker reads
+DEEP_UNITS = 300  # functions visited for one checked file, at most
+
+
+class Reach:
+    """The project's functions that a script reaches, followed further than a Checker follows
+    them: functions named in the code reached (called, or passed as `mp.spawn(fn)`), kept in a
+    dict (`BACKENDS[name](args)`), picked by `getattr(module, "init_dist_%s" % launcher)` (every
+    function whose name starts so), a class's `__init__` where it is made, and a method called
+    on an object that a class or a factory of the project made (`model = define_model(opt)`,
+    then `model.init_train()`: that method of each class the factory names, or of its bases),
+    and through `self.method()`. A branch on the rank (`if rank == 0:`) is not followed: only
+    some ranks run it."""
+
+    def __init__(self, project):
+        self.project = project
+        self.index, self.names, self.refs_of, self.owner = {}, {}, {}, {}
+
+    def parsed(self, path):
+        if path not in self.index:
+            tree = parse_module(path) if path is not None else None
+            if tree is None:
+                self.index[path] = None
+                return None
+            defs = {n.name: n for n in tree.body if isinstance(n, (*FUNCTION, ast.ClassDef))}
+            dicts = {}
+            for stmt in tree.body:
+                if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Dict, ast.List, ast.Tuple)):
+                    dicts.update((t.id, stmt.value) for t in stmt.targets if isinstance(t, ast.Name))
+            imports = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    for a in node.names:
+                        local = a.asname or a.name.split(".")[0]
+                        imports.setdefault(local, ("import", a.name if a.asname else local, None, 0))
+                elif isinstance(node, ast.ImportFrom):
+                    for a in node.names:
+                        if a.name != "*":
+                            imports.setdefault(a.asname or a.name,
+                                               ("from", node.module or "", a.name, node.level))
+                elif isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        if isinstance(item, FUNCTION):
+                            self.owner[id(item)] = (path, node)
+            self.index[path] = (tree, defs, dicts, imports)
+        return self.index[path]
+
+    def name(self, path, name, hops=0):
+        """[(path, def or class)], or [('module', path)], that `name` is in module `path`."""
+        key = (path, name)
+        if key in self.names:
+            return self.names[key]
+        self.names[key] = []
+        found, out = self.parsed(path), []
+        if found is not None and hops <= 4:
+            _, defs, dicts, imports = found
+            entry = imports.get(name)
+            if name in defs:
+                out = [(path, defs[name])]
+            elif name in dicts:  # {"nccl": ddp.Backend, None: Single}[name]: each value
+                values = dicts[name].values if isinstance(dicts[name], ast.Dict) else dicts[name].elts
+                out = [t for v in values if isinstance(v, ast.Name) for t in self.name(path, v.id, hops + 1)]
+                out += [t for v in values if isinstance(v, ast.Attribute) for t in self.attribute(path, v)]
+            elif entry is not None and entry[0] == "import":
+                target = self.project.find(entry[1], 0, path.parent)
+                out = [("module", target)] if target is not None else []
+            elif entry is not None:
+                _, module, imported, level = entry
+                sub = self.project.find(".".join(p for p in (module, imported) if p), level, path.parent)
+                target = self.project.find(module, level, path.parent) if sub is None else None
+                out = [("module", sub)] if sub is not None else \
+                    self.name(target, imported, hops + 1) if target is not None else []
+        self.names[key] = out
+        return out
+
+    def attribute(self, path, node):
+        """What `m.f` or `m.sub.f` names, where `m` is a module of the project."""
+        text = dotted(node)
+        if "." not in text or text.startswith("self."):
+            return []
+        key = (path, text)
+        if key not in self.names:
+            self.names[key] = self._attribute(path, text.split("."))
+        return self.names[key]
+
+    def _attribute(self, path, chain):
+        targets = self.name(path, chain[0])
+        for part in chain[1:]:
+            modules = [t[1] for t in targets if t[0] == "module"]
+            if not modules:
+                return []
+            sub = self.project.find(part, 1, modules[0].parent) if modules[0].name == "__init__.py" else None
+            targets = [("module", sub)] if sub is not None else self.name(modules[0], part)
+        return [t for t in targets if t[0] != "module"]
+
+    def picked(self, path, call):
+        """`getattr(module, "init_dist_%s" % launcher)`, `getattr(import_module("pkg.trainer"),
+        name + "Trainer")`: each function or class of the module whose name starts (or ends)
+        as the pattern does, or the one it names."""
+        if not (isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) >= 2):
+            return []
+        owner, pattern = call.args[:2]
+        if isinstance(owner, ast.Name):
+            modules = [m for kind, m in self.name(path, owner.id) if kind == "module"]
+        elif isinstance(owner, ast.Call) and last(owner) == "import_module" and owner.args \
+                and isinstance(owner.args[0], ast.Constant) and isinstance(owner.args[0].value, str):
+            found = self.project.find(owner.args[0].value, 0, path.parent)
+            modules = [found] if found is not None else []
+        else:
+            return []
+
+        def text(node):
+            return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+
+        parts = [pattern.left, pattern.right] if isinstance(pattern, ast.BinOp) else \
+            [pattern.values[0], pattern.values[-1]] if isinstance(pattern, ast.JoinedStr) and pattern.values \
+            else [pattern, None]
+        exact = text(pattern)
+        prefix = text(parts[0]).split("%")[0] if not exact else ""
+        suffix = text(parts[1]) if isinstance(pattern, (ast.BinOp, ast.JoinedStr)) and not isinstance(
+            pattern.op if isinstance(pattern, ast.BinOp) else None, ast.Mod) else ""
+        if not (exact or prefix or suffix):
+            return []
+        out = []
+        for module in modules:
+            found = self.parsed(module)
+            if found is None:
+                continue
+            names = dict(found[1])
+            for name, entry in found[3].items():  # a package's re-exports: from .trainer import Trainer
+                if name not in names and entry[0] == "from":
+                    names[name] = None
+            for name in names:
+                if (name == exact) if exact else (name.startswith(prefix) and name.endswith(suffix)):
+                    out += [t for t in self.name(module, name) if t[0] != "module"]
+        return out
+
+    def targets(self, path, node):
+        """The defs and classes of the project that the expression `node` names."""
+        if isinstance(node, ast.Name):
+            return [t for t in self.name(path, node.id) if t[0] != "module"]
+        if isinstance(node, ast.Attribute):
+            return self.attribute(path, node)
+        if isinstance(node, ast.Subscript):  # BACKENDS[name]
+            return self.targets(path, node.value)
+        if isinstance(node, ast.Call):
+            return self.picked(path, node)
+        return []
+
+    def method(self, path, cls, name, hops=0):
+        """(path, method) of `cls` or of its bases in the project, or None."""
+        found = next((n for n in cls.body if isinstance(n, FUNCTION) and n.name == name), None)
+        if found is not None or hops > 4:
+            return (path, found) if found is not None else None
+        for base in cls.bases:
+            for where, parent in self.targets(path, base):
+                if isinstance(parent, ast.ClassDef):
+                    inner = self.method(where, parent, name, hops + 1)
+                    if inner is not None:
+                        return inner
+        return None
+
+    def made(self, path, value):
+        """The classes of the project an expression makes: a class called, or the classes a
+        function it calls names (a factory)."""
+        if not isinstance(value, ast.Call):
+            return []
+        if ("class", id(value)) not in self.names:
+            self.names[("class", id(value))] = []
+            self.names[("class", id(value))] = self._made(path, value)
+        return self.names[("class", id(value))]
+
+    def _made(self, path, value):
+        if isinstance(value.func, ast.Call) and not self.picked(path, value.func):  # get_trainer(k)(config)
+            return self.made(path, value.func)
+        out = []
+        for where, target in self.targets(path, value.func):
+            if isinstance(target, ast.ClassDef):
+                out.append((where, target))
+            else:
+                out += [(w, c) for n in ast.walk(target) if isinstance(n, (ast.Name, ast.Attribute, ast.Call))
+                        for w, c in self.targets(where, n) if isinstance(c, ast.ClassDef)]
+        return out
+
+    def functions(self, path, scope, node):
+        """The functions a node of `scope` (a function of module `path`, or the module) runs or
+        names: a function, a class's __init__, a method of self, of an object made in sight."""
+        out = []
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "self" and id(scope) in self.owner:
+                found = self.method(*self.owner[id(scope)], node.attr)
+                return [found] if found is not None else []
+            if ("made", id(scope)) not in self.names:
+                self.names[("made", id(scope))] = made = {}
+                for v in ast.walk(scope):
+                    if isinstance(v, ast.Assign) and isinstance(v.value, ast.Call):
+                        for t in v.targets:
+                            if isinstance(t, ast.Name):
+                                made.setdefault(t.id, []).append(v.value)
+            makers = self.names[("made", id(scope))].get(node.value.id, [])
+            for where, cls in (c for m in makers for c in self.made(path, m)):
+                found = self.method(where, cls, node.attr)
+                if found is not None:
+                    out.append(found)
+        for where, target in self.targets(path, node):
+            if isinstance(target, ast.ClassDef):
+                found = self.method(where, target, "__init__")
+                out += [found] if found is not None else []
+            else:
+                out.append((where, target))
+        return out
+
+    def refs(self, path, function):
+        key = id(function)
+        if key not in self.refs_of:
+            out, todo = [], list(ast.iter_child_nodes(function))
+            while todo:
+                node = todo.pop()
+                if isinstance(node, ast.If) and not is_flag_test(node.test) and any(
+                        is_rank_word(n.id if isinstance(n, ast.Name) else n.attr)
+                        for n in ast.walk(node.test) if isinstance(n, (ast.Name, ast.Attribute))):
+                    todo += [node.test, *node.orelse]  # the rank's own branch: not followed
+                    continue
+                todo += ast.iter_child_nodes(node)
+                if isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+                    out += [t for t in self.functions(path, function, node) if t[1] is not function]
+            self.refs_of[key] = out
+        return self.refs_of[key]
+
+    def closure(self, start):
+        """[(path, function, site)] reached from `start`, [(path, function, site)]: each with
+        the site it was first reached from, nearest first."""
+        seen, order, todo = set(), [], [(p, f, s, 0) for p, f, s in start]
+        while todo and len(order) < DEEP_UNITS:
+            path, function, site, hops = todo.pop(0)
+            if id(function) in seen:
+                continue
+            seen.add(id(function))
+            order.append((path, function, site))
+            if hops < DEEP_HOPS:
+                todo += [(p, f, site, hops + 1) for p, f in self.refs(path, function) if id(f) not in seen]
+        return order
+
+    @staticmethod
+    def sets_up_ddp(path, function, imports):
+        """The first DDP wrap or process-group start in `function`: a call node, or None."""
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                name = last(node)
+                entry = imports.get(name) if isinstance(node.func, ast.Name) else None
+                if name in ("DistributedDataParallel", "init_process_group") or (
+                        entry is not None and entry[2] == "DistributedDataParallel"):
+                    return node
+        return None
+
+
 # ------------------------------------------------------------------------- the checker
 class Checker:
     """The facts of one view of one script, and the rules over them."""
 
-    def __init__(self, tree, project=None, path=None, depth=0, module=False):
+    def __init__(self, tree, project=None, path=None, depth=0, module=False, followed=False):
         self.tree = tree
         self.project, self.depth, self.module = project, depth, module
+        self.followed = followed  # a module of the project checked for rule_followed
         self.path = Path(path) if path else None
         self.folder = self.path.parent if self.path else None
         self.findings = []
@@ -666,14 +934,14 @@ class Checker:
         for node in self.nodes:
             if isinstance(node, FUNCTION):
                 self.defs.setdefault(self.function_of(node), {})[node.name] = node
-        self.ddp_calls = [c for c in self.calls if self.is_ddp_call(c)]
-        self.distributed = not module and self._is_distributed()
-        self.bindings = self._bindings()
         self.sites = {}  # function -> the calls of it in this file
         for call in self.calls:
             target = self.callee(call)
             if target is not None:
                 self.sites.setdefault(target, []).append(call)
+        self.ddp_calls = [c for c in self.calls if self.is_ddp_call(c)]
+        self.distributed = not module and self._is_distributed()
+        self.bindings = self._bindings()
 
     # -- which code runs
     def _aliases(self):
@@ -950,7 +1218,54 @@ class Checker:
                 or "DistributedDataParallel" in self.attrs or "DistributedSampler" in self.attrs
                 or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c)) for c in self.calls)
                 or any(self.external(c) and (self.reaches(c, "is_group_start") or self.factory(c))
-                       for c in self.calls))
+                       for c in self.calls)
+                or self.deep_setup() is not None)
+
+    def picked(self, call):
+        """[(Checker, function)] that `call` may run in the project: the one `external` finds,
+        or each one a `getattr(module, "init_dist_%s" % launcher)` picks (Reach.picked)."""
+        external = self.external(call)
+        if external is not None:
+            return [external]
+        if self.project is None or self.path is None or self.depth >= MAX_DEPTH \
+                or not isinstance(call.func, ast.Call):
+            return []
+        out = []
+        for path, function in self.project.reach.picked(self.path.resolve(), call.func):
+            checker = self.project.load(path, self.depth + 1) if isinstance(function, FUNCTION) else None
+            if checker is not None and checker.functions.get(function.name) is function:
+                out.append((checker, function))
+        return out
+
+    def deep_reach(self):
+        """[(path, function, call)]: the functions of the project this script reaches, as
+        Reach follows them (further than `external`), each with the call of this file that
+        reaches it first; the calls on a subset of the ranks are not followed."""
+        if "deep" in self._memo:
+            return self._memo["deep"]
+        self._memo["deep"] = []
+        if self.project is None or self.module or self.followed or self.path is None:
+            return []
+        reach, here, start = self.project.reach, self.path.resolve(), []
+        for call in sorted(self.calls, key=lambda c: (c.lineno, c.col_offset)):
+            if self.guarded(call):
+                continue
+            scope = self.function_of(call)
+            handed = [a for a in list(call.args) + [k.value for k in call.keywords]
+                      if isinstance(a, (ast.Name, ast.Attribute))]  # mp.spawn(fn), Process(target=fn)
+            for node in [call.func, *handed]:
+                start += [(p, f, call) for p, f in reach.functions(here, scope, node) if p != here]
+        self._memo["deep"] = reach.closure(start)
+        return self._memo["deep"]
+
+    def deep_setup(self):
+        """(path, the DDP wrap or group start, the call of this file that reaches it), or None."""
+        for path, function, call in self.deep_reach():
+            found = self.project.reach.parsed(path)
+            node = Reach.sets_up_ddp(path, function, found[3]) if found is not None else None
+            if node is not None:
+                return path, node, call
+        return None
 
     # -- what names hold: a DDP wrapper, a compiled model, a sampler ...
     def call_kind(self, call):
@@ -1419,9 +1734,50 @@ class Checker:
                 self.rule_token_mean,
                 self.rule_metric_mean,
                 self.rule_local_exit,
+                self.rule_followed,
             ):
                 rule()
         return self.findings
+
+    def rule_followed(self):
+        """The rules, run on the modules of the project that this script reaches only through
+        Reach (past what each rule follows itself): their findings inside the functions
+        reached, said at the call of this file that reaches them, with the module's line."""
+        if self.module or self.project is None or self.followed:
+            return
+        by_file = {}
+        for path, function, call in self.deep_reach():
+            by_file.setdefault(path, []).append((function, call))
+        said = {(f[2], f[0]) for f in self.findings}
+        relevant = [(path, reached) for path, reached in by_file.items() if any(
+            isinstance(n, ast.Call) and last(n) in FOLLOWED_CALLS
+            for function, _ in reached for n in ast.walk(function))]
+        lines = 0
+        for path, reached in relevant[:FOLLOWED_FILES]:
+            tree = parse_module(path)
+            lines += tree.body[-1].end_lineno if tree.body else 0
+            if lines > FOLLOWED_LINES:
+                break  # the time a check takes: the nearest modules first
+            try:
+                checker = Checker(tree, project=Project(path, self.project.top), path=path, depth=1,
+                                  followed=True)
+            except (RecursionError, ValueError):
+                continue
+            checker.distributed = True  # it runs in this script's DDP job
+            where = self.project.where(path)
+            for line, _, code, severity, message, _ in checker.check():
+                if code not in FOLLOWED_CODES or any(f"{where}:{line}" in f[4] for f in self.findings):
+                    continue
+                function, call = next(((f, c) for f, c in reached
+                                       if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
+                if call is None or (code, call.lineno) in said:
+                    continue
+                if code in FOLLOWED_BY_RULES and (self.resolve(call) or self.instance_method(call)):
+                    continue  # the rule followed this call itself (with its arguments): its word stands
+                if code == "DDP042" and not any(last(n) == "load_state_dict" for n in ast.walk(function)):
+                    continue  # a file of data, not a checkpoint loaded into a model
+                said.add((code, call.lineno))
+                self.add(code, call, f"{where}:{line}: {message}", severity)
 
     # -- DDP010 and the data: whose is it?
     def rank_carriers(self):
@@ -2344,6 +2700,7 @@ class Checker:
             if not calls or not self.in_no_grad(loop.iter) or self.guarded(loop):
                 continue
             scope = self.function_of(loop)
+            calls = [c for c in calls if self.function_of(c) is scope] or calls  # its own function's first
             if any(keyword(c, "sampler") is not None or keyword(c, "batch_sampler") is not None
                    or (c.args and self.data_origin(c.args[0], scope) == "split") for c in calls):
                 continue  # a sampler, or this rank's own shard of the data set
@@ -2362,6 +2719,16 @@ class Checker:
                              "world_size times; give rank r the samples range(r, N, world_size), or "
                              "evaluate on rank 0 alone")
                     break
+                if last(call) == "compute" and isinstance(call.func, ast.Attribute) \
+                        and isinstance(call.func.value, ast.Name) and call.lineno > loop.end_lineno \
+                        and self.function_of(call) is scope \
+                        and self.syncing_metric(call.func.value.id, scope, loop):
+                    self.add("DDP032", call, f"every rank reads the whole of {ast.unparse(loop.iter)} (no "
+                             f"sampler), then {call.func.value.id}.compute() syncs the metric's states "
+                             "across the ranks (its dist_reduce_fx): each sample is counted world_size "
+                             "times; give "
+                             "rank r the samples range(r, N, world_size), or evaluate on rank 0 alone")
+                    break
             else:
                 if self.ddp_calls and self.in_no_grad(loop.iter, strict=True) and all(
                         c.args and self.data_origin(c.args[0], scope) == "whole" for c in calls):
@@ -2373,6 +2740,25 @@ class Checker:
                         "world_size) and reduce the sums, or evaluate on rank 0 alone",
                         "note",
                     )
+
+    def syncing_metric(self, name, scope, loop):
+        """`name` holds a metric that syncs its states across ranks when computed: a torchmetrics
+        class, or a class of this file or the project that calls `add_state(...,
+        dist_reduce_fx=...)`; and the loop updates it (`metric(x, y)`, `metric.update(...)`)."""
+        if not any(isinstance(n, ast.Call) and (dotted(n.func) == name or dotted(n.func) == f"{name}.update")
+                   for n in ast.walk(loop)):
+            return False
+        for made in (v for v in self.assigned(name, scope) if isinstance(v, ast.Call)):
+            if self.origin(made.func).startswith("torchmetrics"):
+                return True
+            found = (self, self.classes[last(made)]) if last(made) in self.classes else \
+                self.external_class(made) if self.project is not None else None
+            if found is not None and any(
+                    isinstance(n, ast.Call) and last(n) == "add_state"
+                    and keyword(n, "dist_reduce_fx") is not None
+                    for n in ast.walk(found[1])):
+                return True
+        return False
 
     def rule_stream_eval(self):
         """A token stream (range over data.size(0)) evaluated under no_grad on every rank,
@@ -3089,11 +3475,9 @@ class Checker:
                     self.add("DDP130", at, f"init_method {text!r}{through}: a fixed port, so a second job on "
                              "this node collides; let the launcher set MASTER_ADDR and MASTER_PORT "
                              "(init_method='env://')", "note" if fallback else None)
-        for call in self.calls:  # a helper of the project that starts the group: setup_dist(args)
-            external = self.external(call)
-            if external is None:
-                continue
-            checker, function = external
+        for call, (checker, function) in [(c, found) for c in self.calls for found in self.picked(c)]:
+            # a helper of the project that starts the group: setup_dist(args), or each one that
+            # getattr(module, "init_dist_%s" % launcher)(...) may pick
             given = list(call.args) + [k.value for k in call.keywords]
             passed = {param: (self, value, self.function_of(call)) if value in given
                       else (checker, value, function)  # the parameter's default
@@ -3118,6 +3502,46 @@ class Checker:
                         self.add("DDP130", at, f"{helper} sets {what} to {text}"
                                  + (", given here" if here else "") + ": a fixed port, so a second job on "
                                  "this node collides; leave it to the launcher, or derive it from the job id")
+        self.rule_config_port({(i, "url") for i, _ in reported})
+
+    def rule_config_port(self, reported):
+        """A port option of this script (`--port`, default 5678) whose name is the key or the
+        attribute that an init_method URL in the project's code reads (`"tcp://" + cfg["ip"] +
+        ":" + str(cfg["port"])`, reached as Reach follows it): the option's value travels there
+        through a config of the project, so the default is a fixed port."""
+        options = {}
+        for call in self.calls:
+            flag = call.args[0] if last(call) == "add_argument" and call.args else None
+            default = keyword(call, "default")
+            if isinstance(flag, ast.Constant) and str(flag.value).startswith("--") and "port" in flag.value \
+                    and isinstance(default, ast.Constant) and str(default.value).isdigit():
+                options[flag.value.lstrip("-").replace("-", "_")] = default
+        if not options:
+            return
+        for path, function, _ in self.deep_reach():
+            starts = [n for n in ast.walk(function)
+                      if isinstance(n, ast.Call) and last(n) == "init_process_group"]
+            for start in starts:
+                url = init_method(start)
+                parts = [url] + [a.value for a in ast.walk(function) if isinstance(a, ast.Assign)
+                                 and isinstance(url, ast.Name)
+                                 and any(isinstance(t, ast.Name) and t.id == url.id for t in a.targets)]
+                nodes = [n for part in parts if part is not None for n in ast.walk(part)]
+                if not any(isinstance(n, ast.Constant) and str(n.value).startswith("tcp://") for n in nodes):
+                    continue
+                keys = {n.slice.value for n in nodes if isinstance(n, ast.Subscript)
+                        and isinstance(n.slice, ast.Constant)}
+                keys |= {n.attr for n in nodes if isinstance(n, ast.Attribute)}
+                for key in sorted(keys & set(options)):
+                    at = options[key]
+                    if (id(at), "url") not in reported:
+                        reported.add((id(at), "url"))
+                        self.add("DDP130", at, f"--{key} defaults to {at.value}, and the project's config "
+                                 f"carries it into init_method at {self.project.where(path)}:"
+                                 f"{start.lineno}: a "
+                                 "fixed port, so a second job on this node collides; let the launcher set "
+                                 "MASTER_ADDR and MASTER_PORT (init_method='env://'), or derive it from the "
+                                 "job id")
 
     def url_values(self, expr, scope, depth=0, passed=None):
         """The strings `expr` may hold, as (text, the node that gives its end): constants,
@@ -3804,6 +4228,9 @@ def project_of(path, root=None, follow=True):
     return Project(path, root) if follow and path and os.path.isfile(path) else None
 
 
+_VERDICTS = {}  # path -> whether check_source found the script distributed
+
+
 def check_source(text, tree, path="<string>", select=None, ignore=None, root=None, follow=True):
     """Findings as dicts: path, line, col, code, severity, message, chapter, page, variant.
     With follow (and `path` a file), the functions it imports from its own project are read
@@ -3815,6 +4242,7 @@ def check_source(text, tree, path="<string>", select=None, ignore=None, root=Non
         viewed = VariantView(view).visit(ast.parse(text)) if view else tree
         ast.fix_missing_locations(viewed)
         checker = Checker(viewed, project=project, path=path if project else None)
+        _VERDICTS[path] = checker.distributed
         for line, col, code, severity, message, node in sorted(checker.check(), key=lambda f: f[:3]):
             if (line, col, code) in seen or silenced(lines, node, code) or not selected(code, select, ignore):
                 continue
@@ -3862,7 +4290,7 @@ def main_check(args):
             continue
         results += [f for f in check_source(text, tree, path, args.select, args.ignore)
                     if SEVERITIES.index(f["severity"]) >= least]
-        if not Checker(tree, project=project_of(path), path=path).distributed:
+        if not _VERDICTS.get(path, True):
             plain.append(path)  # a one-device script: the rules do not apply to it
     failing = [f for f in results if f["severity"] != "note"]
     code = 2 if unreadable else 1 if failing else 0
