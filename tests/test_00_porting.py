@@ -500,8 +500,13 @@ def test_pbs_template_through_slurms_qsub(slurm, tmp_path):
 
 def test_pbs_template_on_two_simulated_nodes(cray_nodes, tmp_path):  # noqa: F811 - the fixture
     """pbs_job.sh as PBS Pro runs it on the first of two nodes: the node file lists the nodes'
-    high-speed-network names (nid001000.hsn.cm.example) where `hostname` says nid001000, and
-    MPICH's mpiexec (through an ssh stand-in) starts one torchrun per node: 2 x 2 ranks."""
+    high-speed-network names (nid001000.hsn.cm.example) where `hostname` says nid001000, each
+    twice (mpiprocs=2), and MPICH's mpiexec (through an ssh stand-in) starts one torchrun per
+    node, which hosts the rendezvous on the first: the preflight, then training. One rank per
+    node (CPU_PROCESSES_PER_NODE=1, the template's setting for a CPU test): the names and the
+    launch are the point here, and 4 processes fewer; 2 ranks per node on two nodes:
+    test_13's test_two_nodes_train_together_with_torchrun_c10d, 2 per node from this template:
+    test_templates_copied_alone_into_an_empty_folder_train."""
     ssh = tmp_path / "cray_ssh"
     ssh.write_text(CRAY_SSH.format(*HSN_NAMES, *cray_nodes, *CRAY_NAMES))
     ssh.chmod(0o755)
@@ -511,7 +516,7 @@ def test_pbs_template_on_two_simulated_nodes(cray_nodes, tmp_path):  # noqa: F81
     job_id = f"{os.getpid()}.pbs"
     qstat = executable(tmp_path / "bin" / "qstat", QSTAT.format(chunks=2))  # PBS Pro's qstat -f, in part
     env = clean_env(PBS_NODEFILE=str(nodefile), PBS_JOBID=job_id, PBS_O_WORKDIR=str(REPO), HOME=str(tmp_path),
-                    GLOO_SOCKET_IFNAME=INTERFACE, **template_env(tmp_path),
+                    GLOO_SOCKET_IFNAME=INTERFACE, CPU_PROCESSES_PER_NODE="1", **template_env(tmp_path),
                     PATH=f"{qstat.parent}{os.pathsep}{os.environ['PATH']}",
                     NODE_LAUNCHER=f"{mpiexec} -launcher ssh -launcher-exec {ssh} -iface {INTERFACE} "
                                   f"-hosts {','.join(HSN_NAMES)} -ppn 1")
@@ -520,7 +525,11 @@ def test_pbs_template_on_two_simulated_nodes(cray_nodes, tmp_path):  # noqa: F81
                  env=env, timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, result.output
     assert f"2 node(s) [{' '.join(HSN_NAMES)}]" in result.output and "not checked" not in result.output
-    assert_job_trained(result.output, tmp_path, job_id, nodes=2, world_size=4)
+    assert_job_trained(result.output, tmp_path, job_id, nodes=2, world_size=2, processes_per_node=1)
+    # the preflight ran first, under the same launch, a rank on each node (its short name)
+    assert "preflight: launcher=torchrun world_size=2 nodes=2 " in result.output, result.output
+    assert f"nodes: 0={CRAY_NAMES[0]}  1={CRAY_NAMES[1]}\n" in result.output, result.output
+    assert "preflight: OK" in result.output, result.output
 
 
 QSTAT = """#!/bin/sh
