@@ -241,14 +241,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def two_nodes(tmp_path: Path, cache_on: str, dirs: tuple[Path, Path]):
-    """Two torchrun agents on this machine as two nodes of 2 ranks (static rendezvous), each
-    with its own --cache-dir where the disks are node-local, or the same one where shared."""
+def two_nodes(tmp_path: Path, cache_on: str, dirs: tuple[Path, Path], ranks_per_node: int = 2):
+    """Two torchrun agents on this machine as two nodes of `ranks_per_node` ranks (static
+    rendezvous), each with its own --cache-dir where the disks are node-local, or the same
+    one where shared."""
     port = free_port()
 
     def node(rank: int) -> list:
-        return [VENV_BIN / "torchrun", "--nnodes=2", f"--node-rank={rank}", "--nproc-per-node=2",
-                "--master-addr=127.0.0.1", f"--master-port={port}", script(PREPARE),
+        return [VENV_BIN / "torchrun", "--nnodes=2", f"--node-rank={rank}",
+                f"--nproc-per-node={ranks_per_node}", "--master-addr=127.0.0.1", f"--master-port={port}",
+                script(PREPARE),
                 "--cache-on", cache_on, "--cache-dir", dirs[rank]]
 
     other = Background(node(1), env=clean_env(), timeout=180)
@@ -257,12 +259,15 @@ def two_nodes(tmp_path: Path, cache_on: str, dirs: tuple[Path, Path]):
 
 
 def test_two_nodes_node_local_disks_one_writer_each_shared_one_writer(tmp_path):
+    """Node-local disks at 2 ranks per node: local rank 0 of each node writes, not every rank.
+    A shared disk at 1 rank per node is enough to tell rank 0 alone (1 writer) from local
+    rank 0 of each node (2 writers), with 2 processes fewer."""
     local, other = two_nodes(tmp_path, "node-local", (tmp_path / "node0", tmp_path / "node1"))
     assert other.returncode == 0, other.output
     assert_every_rank_read_it(local, 4, writers=[0, 2])  # local rank 0 of each node
     assert "cache=" + str(tmp_path / "node0" / "tokens.cache") in local.output
     assert all((tmp_path / f"node{n}" / "tokens.cache").is_file() for n in (0, 1))
-    shared, other = two_nodes(tmp_path, "shared", (tmp_path / "shared", tmp_path / "shared"))
+    shared, other = two_nodes(tmp_path, "shared", (tmp_path / "shared",) * 2, ranks_per_node=1)
     assert other.returncode == 0, other.output
-    assert_every_rank_read_it(shared, 4, writers=[0])  # rank 0 alone
+    assert_every_rank_read_it(shared, 2, writers=[0])  # rank 0 alone, not node 1's local rank 0
     assert sorted(os.listdir(tmp_path / "shared")) == ["tokens.cache"]  # no temporary file left
