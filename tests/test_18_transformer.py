@@ -151,6 +151,8 @@ def test_one_process_and_two_ranks_reach_the_target_with_the_same_losses(packed)
     fp32 rounding, the target reached at the same step (the time is measured, not asserted)."""
     single_output, single = runs(captured_run("18_single.txt"))[0]
     assert single["world_size"] == "1"
+    # One process trains the model itself; two ranks train it inside DDP (the model line).
+    assert " wrapper=none " in single_output and " wrapper=DDP " in packed[0]
     assert single["reached_at_step"] == packed[1]["reached_at_step"] != "none"
     one, two = logged(single_output), logged(packed[0])
     assert sorted(one) == sorted(two)

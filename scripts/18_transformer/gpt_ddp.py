@@ -1,7 +1,8 @@
 """Chapter 18: a small GPT under DDP, trained as a GPT trains, and the loss over masked tokens.
 
 A character-level GPT (utils/gpt.py) trained with DDP on packed windows of a text: every
-position a real token, every rank the same count (--batching packed, the default). The loss
+position a real token, every rank the same count (--batching packed, the default). One process
+trains the model itself: DDP would have no rank to average with, only its cost. The loss
 pitfall needs ranks that hold different numbers of trained tokens: right-padded documents of
 different lengths (--batching padded), or prompts that are not trained on (--loss-on answers).
 --variant bad: each rank's loss is the mean over its own trained tokens; DDP then averages the
@@ -142,7 +143,7 @@ def forward_backward(train_model, ddp, micro_batches, variant, ctx, autocast):
     totals = []
     for k, (inputs, targets) in enumerate(micro_batches):
         last = k == len(micro_batches) - 1
-        with ddp.no_sync() if not last else contextlib.nullcontext():
+        with ddp.no_sync() if not last and isinstance(ddp, DDP) else contextlib.nullcontext():
             with autocast:  # the forward and the loss only: backward runs outside autocast
                 total = token_loss_sum(train_model, inputs, targets)
                 if variant == "bad":
@@ -249,13 +250,16 @@ def main() -> None:
         batches.load_state_dict(state["extra"]["data"])
         print0(f"resumed from {args.resume}: step {start}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
                f"data at {batches.where()}")
+    # DDP where there are ranks to average: one process has none, and DDP's hooks and its split
+    # of the compiled graph cost a third of this small model's step (one H100, see the page).
     # gradient_as_bucket_view: each .grad a view into DDP's buckets, no copy in or out (chapter 10).
     ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-              gradient_as_bucket_view=True)
+              gradient_as_bucket_view=True) if ctx.world_size > 1 else model
     train_model = torch.compile(ddp) if args.compile else ddp  # chapter 15: DDP first, then compile
     params = count_parameters(model)
     print0(f"model: {args.layers} blocks, dim {args.dim}, {args.heads} heads, block {args.block_size}, "
            f"{params} parameters; launcher={ctx.launcher} world_size={ctx.world_size} "
+           f"wrapper={'DDP' if isinstance(ddp, DDP) else 'none'} "
            f"device={ctx.device.type} batching={args.batching} loss_on={args.loss_on} "
            f"variant={args.variant} accumulation_steps={args.accumulation_steps}")
     autocast = torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=args.bf16)
