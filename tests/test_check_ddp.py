@@ -335,7 +335,8 @@ def test_shapes_of_the_sixth_round():
     """What the fifth review left, and shapes like it, each a fixture of our own (deeplib/ is a
     library three and four modules below the scripts). Said at the script's call, with the
     module's file:line: a thin script whose run() spawns workers that make a Trainer wrapping DDP
-    (its torch.load without map_location, its float16 autocast with no GradScaler) and a Config
+    (its torch.load without map_location, its float16 autocast with no GradScaler, its save on
+    every rank in a method, which no rule follows itself) and a Config
     that starts the group from a URL of its settings, where the script's --port default ends up
     (project/train_review8_wrapper.py); a backend made from a dict of classes by name, so the
     script is distributed and its every-rank save is one (train_review8_backend.py); a factory's
@@ -344,11 +345,13 @@ def test_shapes_of_the_sixth_round():
     an option (train_review8_factory.py); a torchmetrics metric, or a class of ours with
     dist_reduce_fx, computed after every rank read the whole set (review8_metrics.py). Quiet
     (project/clean_review8.py): the loading method on rank 0 alone, a data file read with
-    torch.load, the launch helper named in full."""
+    torch.load, the launch helper named in full; a library class that may wrap in DDP, where
+    no group is started (project/clean_review8_local.py)."""
     wrapper = PROJECT / "train_review8_wrapper.py"
     assert found_in(wrapper) == expected_in(wrapper) == {
-        (13, "DDP130", False), (15, "DDP042", False), (15, "DDP060", False)}
+        (13, "DDP130", False), (15, "DDP040", False), (15, "DDP042", False), (15, "DDP060", False)}
     messages = {f["code"]: f["message"] for f in findings(wrapper)}
+    assert messages["DDP040"].startswith("deeplib/engine/trainer.py:27: torch.save runs on every rank")
     assert messages["DDP042"].startswith("deeplib/engine/trainer.py:16: torch.load without map_location")
     assert messages["DDP060"].startswith(
         "deeplib/engine/trainer.py:22: autocast in float16 and no GradScaler")
@@ -363,6 +366,12 @@ def test_shapes_of_the_sixth_round():
     assert factory["DDP130"].startswith("init_dist_slurm() (deeplib/dist/launchers.py:10) sets MASTER_PORT "
                                         "to 18888, given here")
     assert findings(PROJECT / "clean_review8.py") == []
+    # a DDP wrap in the library, never run (told init_data_parallel=False), no group started:
+    # one process, so its load without map_location is no finding
+    local = PROJECT / "clean_review8_local.py"
+    assert findings(local) == []
+    _, tree = check_ddp.read_source(str(local))
+    assert not check_ddp.Checker(tree, project=check_ddp.Project(local), path=local).distributed
     metrics = FIXTURES / "review8_metrics.py"
     assert found_in(metrics) == expected_in(metrics) == {
         (53, "DDP032", False), (62, "DDP032", False), (69, "DDP032", True)}

@@ -883,16 +883,12 @@ class Reach:
         return order
 
     @staticmethod
-    def sets_up_ddp(path, function, imports):
-        """The first DDP wrap or process-group start in `function`: a call node, or None."""
-        for node in ast.walk(function):
-            if isinstance(node, ast.Call):
-                name = last(node)
-                entry = imports.get(name) if isinstance(node.func, ast.Name) else None
-                if name in ("DistributedDataParallel", "init_process_group") or (
-                        entry is not None and entry[2] == "DistributedDataParallel"):
-                    return node
-        return None
+    def starts_group(function):
+        """The first `init_process_group(...)` in `function`, or None. Not a DDP wrap: a library
+        of the project may hold one that a script never runs (a model-parallel class told
+        `init_data_parallel=False`), but a group started is a distributed job."""
+        return next((n for n in ast.walk(function) if isinstance(n, ast.Call)
+                     and last(n) == "init_process_group"), None)
 
 
 # ------------------------------------------------------------------------- the checker
@@ -1259,10 +1255,9 @@ class Checker:
         return self._memo["deep"]
 
     def deep_setup(self):
-        """(path, the DDP wrap or group start, the call of this file that reaches it), or None."""
+        """(path, the group start, the call of this file that reaches it), or None."""
         for path, function, call in self.deep_reach():
-            found = self.project.reach.parsed(path)
-            node = Reach.sets_up_ddp(path, function, found[3]) if found is not None else None
+            node = Reach.starts_group(function)
             if node is not None:
                 return path, node, call
         return None
@@ -1772,8 +1767,9 @@ class Checker:
                                        if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
                 if call is None or (code, call.lineno) in said:
                     continue
-                if code in FOLLOWED_BY_RULES and (self.resolve(call) or self.instance_method(call)):
-                    continue  # the rule followed this call itself (with its arguments): its word stands
+                if code in FOLLOWED_BY_RULES and path in self.project.read \
+                        and checker.functions.get(function.name) is function:
+                    continue  # a function the rule follows itself, with the arguments
                 if code == "DDP042" and not any(last(n) == "load_state_dict" for n in ast.walk(function)):
                     continue  # a file of data, not a checkpoint loaded into a model
                 said.add((code, call.lineno))

@@ -12,4 +12,4 @@ if __name__ == "__main__":
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--port", type=str, default="5679")  # expect: DDP130
     args = parser.parse_args()
-    run(args.nproc, port=args.port)  # expect: DDP042  # expect: DDP060
+    run(args.nproc, port=args.port)  # expect: DDP040  # expect: DDP042  # expect: DDP060

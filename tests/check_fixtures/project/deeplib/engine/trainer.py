@@ -24,3 +24,4 @@ class Trainer:
             loss.backward()
             self.optimizer.step()
             self.optimizer.zero_grad()
+        torch.save(self.model.module.state_dict(), "last.pt")  # on every rank
