@@ -343,7 +343,9 @@ def test_shapes_of_the_sixth_round():
     model, then a method that loads weights two calls down in a base class, and a launch helper
     picked with getattr(module, "init_dist_%s" % launcher), whose Slurm one sets the port from
     an option (train_review8_factory.py); a torchmetrics metric, or a class of ours with
-    dist_reduce_fx, computed after every rank read the whole set (review8_metrics.py). Quiet
+    dist_reduce_fx, computed after every rank read the whole set (review8_metrics.py); a whole
+    recipe in one function of the library, whose save runs on every rank
+    (train_review8_recipe.py). Quiet
     (project/clean_review8.py): the loading method on rank 0 alone, a data file read with
     torch.load, the launch helper named in full; a library class that may wrap in DDP, where
     no group is started (project/clean_review8_local.py)."""
@@ -357,8 +359,10 @@ def test_shapes_of_the_sixth_round():
         "deeplib/engine/trainer.py:22: autocast in float16 and no GradScaler")
     assert messages["DDP130"].startswith("--port defaults to 5679, and the project's config carries it into "
                                          "init_method at deeplib/config.py:14")
-    for name in ("train_review8_backend.py", "train_review8_factory.py"):
+    for name in ("train_review8_backend.py", "train_review8_factory.py", "train_review8_recipe.py"):
         assert found_in(PROJECT / name) == expected_in(PROJECT / name), name
+    [recipe] = findings(PROJECT / "train_review8_recipe.py")  # a whole recipe in one library function
+    assert recipe["message"].startswith("deeplib/recipe.py:25: torch.save runs on every rank")
     [save] = findings(PROJECT / "train_review8_backend.py")
     assert save["message"].startswith("torch.save runs on every rank")
     factory = {f["code"]: f["message"] for f in findings(PROJECT / "train_review8_factory.py")}

@@ -637,8 +637,9 @@ FOLLOWED_CALLS = {"save", "load", "backward", "DataLoader", "autocast", "init_pr
 # objects come from (an FSDP or ZeRO model, a converted BatchNorm, set_device or a sampler given
 # by the script), which the module alone cannot tell
 FOLLOWED_CODES = set(RULES) - {"DDP010", "DDP070", "DDP110", "DDP131", "DDP160", "DDP170", "DDP191"}
-FOLLOWED_BY_RULES = {"DDP010", "DDP020", "DDP030", "DDP031", "DDP032", "DDP040", "DDP041", "DDP050",
-                     "DDP130", "DDP131"}  # rules that follow the calls they resolve themselves
+# rules whose own following weighs the call's arguments or the script's objects (a launcher named
+# by a constant, a sampler turned off, set_epoch on the script's loader, a resume into the wrapper)
+FOLLOWED_BY_RULES = {"DDP030", "DDP031", "DDP032", "DDP041", "DDP130", "DDP131"}
 DEEP_HOPS = 8  # how far the project's code is followed past what a Checker reads
 DEEP_UNITS = 300  # functions visited for one checked file, at most
 
