@@ -55,6 +55,7 @@ from utils.gpt import (
     saved_activation_bytes,
     token_loss_sum,
 )
+from utils.shared_mode import gather_through_cpu, shares_gpu
 
 # --8<-- [start:tolerance]
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}  # largest |FSDP2 loss - DDP loss| accepted
@@ -108,8 +109,13 @@ def forward_backward(model, samples, batches, ctx):
     return total.detach(), tokens
 
 
-def full_grads(model):
-    """Every parameter's whole gradient: a DTensor's shards gathered (a collective)."""
+def full_grads(model, ctx):
+    """Every parameter's whole gradient: a DTensor's shards gathered (a collective). In the
+    shared mode (--backend gloo-cuda) gloo cannot all-gather CUDA tensors (the process dies of
+    SIGSEGV): the shards go through the CPU there (utils/shared_mode.py)."""
+    if shares_gpu(ctx.backend, ctx.device):
+        grads = gather_through_cpu({str(i): p.grad for i, p in enumerate(model.parameters())}, to_all=True)
+        return [grad.to(ctx.device) for grad in grads.values()]
     return [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for p in model.parameters()]
 
 
@@ -119,7 +125,7 @@ def check_against_one_process(model, corpus, batches, args, ctx):
     samples = batches.peek()
     model.eval()
     forward_backward(model, samples, batches, ctx)
-    grads = full_grads(model)
+    grads = full_grads(model, ctx)
     model.train()
     model.zero_grad(set_to_none=True)
     reference = build_model(corpus, args, ctx.device).eval()  # the same initial weights
