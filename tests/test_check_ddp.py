@@ -348,7 +348,9 @@ def test_shapes_of_the_sixth_round():
     (train_review8_recipe.py). Quiet
     (project/clean_review8.py): the loading method on rank 0 alone, a data file read with
     torch.load, the launch helper named in full; a library class that may wrap in DDP, where
-    no group is started (project/clean_review8_local.py)."""
+    no group is started (project/clean_review8_local.py); saves under Hugging Face's
+    is_world_process_zero guards (clean_review8_hf.py); the model inside one of two exclusive
+    wraps (apex's or torch's) saved by rank 0 (clean_review8_rewrap.py)."""
     wrapper = PROJECT / "train_review8_wrapper.py"
     assert found_in(wrapper) == expected_in(wrapper) == {
         (13, "DDP130", False), (15, "DDP040", False), (15, "DDP042", False), (15, "DDP060", False)}
@@ -372,6 +374,8 @@ def test_shapes_of_the_sixth_round():
     assert findings(PROJECT / "clean_review8.py") == []
     # a DDP wrap in the library, never run (told init_data_parallel=False), no group started:
     # one process, so its load without map_location is no finding
+    assert findings(FIXTURES / "clean_review8_hf.py") == []  # is_world_process_zero: a rank-0 guard
+    assert findings(FIXTURES / "clean_review8_rewrap.py") == []  # apex's wrap or torch's: no DDP inside
     local = PROJECT / "clean_review8_local.py"
     assert findings(local) == []
     _, tree = check_ddp.read_source(str(local))

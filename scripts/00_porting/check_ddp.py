@@ -271,7 +271,8 @@ def is_minus_one(node):
 
 def is_rank_word(name):
     """A name that holds the rank or says 'this is rank 0': rank, local_rank, RANK, ddp_rank,
-    get_rank, is_main_process, master_process, is_master, is_global_zero, ..."""
+    get_rank, is_main_process, master_process, is_master, is_global_zero,
+    is_world_process_zero, ..."""
     n = name.lower()
     return bool(
         re.search(r"(^|_)rank(_?id)?$", n)
@@ -280,6 +281,7 @@ def is_rank_word(name):
         )
         or re.fullmatch(r"is_(local_|global_)?(main|master|leader|primary|zero|first|rank_?0|rank_?zero)", n)
         or re.fullmatch(r"(is_)?rank_?(0|zero)", n)
+        or re.fullmatch(r"(is_)?(world_|local_|global_)?process_?(0|zero)", n)  # Hugging Face's Trainer
     )
 
 
@@ -1325,6 +1327,7 @@ class Checker:
             if isinstance(wrapped, ast.Call) and self.is_ddp_call(wrapped) and wrapped.args:
                 # what the wrapper holds, as it was before this line's binding: model.module
                 inner = (inner or set()) | self.value_kinds(wrapped.args[0], node.lineno - 1, scope)
+                inner.discard("ddp")  # no DDP inside DDP: the other branch's wrap (apex's, then torch's)
         if key.startswith(("self.", "cls.")):
             scope = self.class_of(scope) or scope
         self.bindings.setdefault(key, []).append((kinds, node.lineno, scope, node))
