@@ -350,7 +350,8 @@ def test_shapes_of_the_sixth_round():
     torch.load, the launch helper named in full; a library class that may wrap in DDP, where
     no group is started (project/clean_review8_local.py); saves under Hugging Face's
     is_world_process_zero guards (clean_review8_hf.py); the model inside one of two exclusive
-    wraps (apex's or torch's) saved by rank 0 (clean_review8_rewrap.py)."""
+    wraps (apex's or torch's) saved by rank 0 (clean_review8_rewrap.py); rank 0 goes first
+    with a barrier pair whose tests share `and not evaluate` (clean_review8_barrier.py)."""
     wrapper = PROJECT / "train_review8_wrapper.py"
     assert found_in(wrapper) == expected_in(wrapper) == {
         (13, "DDP130", False), (15, "DDP040", False), (15, "DDP042", False), (15, "DDP060", False)}
@@ -376,6 +377,7 @@ def test_shapes_of_the_sixth_round():
     # one process, so its load without map_location is no finding
     assert findings(FIXTURES / "clean_review8_hf.py") == []  # is_world_process_zero: a rank-0 guard
     assert findings(FIXTURES / "clean_review8_rewrap.py") == []  # apex's wrap or torch's: no DDP inside
+    assert findings(FIXTURES / "clean_review8_barrier.py") == []  # rank 0 first, both under `not evaluate`
     local = PROJECT / "clean_review8_local.py"
     assert findings(local) == []
     _, tree = check_ddp.read_source(str(local))

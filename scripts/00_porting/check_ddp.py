@@ -361,6 +361,19 @@ def negates(a, b):
             and ast.dump(a.comparators[0]) == ast.dump(b.comparators[0]))
 
 
+def shared_removed(a, b):
+    """Two `and` tests without the parts they share: `rank not in (-1, 0) and not evaluate` and
+    `rank == 0 and not evaluate` give the two rank tests (either both run, or neither)."""
+    if isinstance(a, ast.BoolOp) and isinstance(b, ast.BoolOp) and isinstance(a.op, ast.And) \
+            and isinstance(b.op, ast.And):
+        da, db = [ast.dump(v) for v in a.values], [ast.dump(v) for v in b.values]
+        rest_a = [v for v, d in zip(a.values, da, strict=True) if d not in db]
+        rest_b = [v for v, d in zip(b.values, db, strict=True) if d not in da]
+        if len(rest_a) == len(rest_b) == 1:
+            return rest_a[0], rest_b[0]
+    return a, b
+
+
 def unwrap_iter(node):
     """The data a loop reads: `loader` in enumerate(loader), tqdm(loader), iter(loader),
     metric_logger.log_every(loader, ...)."""
@@ -2038,7 +2051,7 @@ class Checker:
         for other in self.by_scope.get(scope, []):
             if not isinstance(other, ast.If) or other is branch:
                 continue
-            if negates(other.test, branch.test):
+            if negates(*shared_removed(other.test, branch.test)):
                 if self.calls_named(other.body if in_body else other.orelse, name):
                     return True
             elif ast.dump(other.test) == ast.dump(branch.test):
