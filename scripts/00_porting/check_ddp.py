@@ -646,8 +646,8 @@ class Project:
 
 FOLLOWED_FILES = 8  # modules checked by rule_followed for one script, at most
 FOLLOWED_LINES = 4000  # and their lines, at most
-FOLLOWED_CALLS = {"save", "load", "backward", "DataLoader", "autocast", "init_process_group",
-                  "DistributedSampler", "all_reduce", "all_gather"}
+FOLLOWED_CALLS = {"torch.save", "torch.load", "backward", "DataLoader", "autocast", "init_process_group",
+                  "DistributedSampler", "all_reduce", "all_gather"}  # a module worth its time holds one
 # what rule_followed may say of a module of the project: not what hangs on where the module's
 # objects come from (an FSDP or ZeRO model, a converted BatchNorm, set_device or a sampler given
 # by the script), which the module alone cannot tell
@@ -1762,7 +1762,7 @@ class Checker:
             by_file.setdefault(path, []).append((function, call))
         said = {(f[2], f[0]) for f in self.findings}
         relevant = [(path, reached) for path, reached in by_file.items() if any(
-            isinstance(n, ast.Call) and last(n) in FOLLOWED_CALLS
+            isinstance(n, ast.Call) and (last(n) in FOLLOWED_CALLS or dotted(n.func) in FOLLOWED_CALLS)
             for function, _ in reached for n in ast.walk(function))]
         lines = 0
         for path, reached in relevant[:FOLLOWED_FILES]:
