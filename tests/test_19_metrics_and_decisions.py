@@ -159,9 +159,13 @@ def test_mpiexec_every_rank_says_where_it_waited_and_broadcast_stops_every_rank(
     waited = dict(re.findall(r"^rank (\d+): waited in (.+) after \d+ steps, failed after", bad.output,
                              flags=re.M))
     assert sorted(waited) == ["0", "1", "2"], bad.output  # every rank's own account
-    # gloo's own words, on the ranks in the all-reduce and at the barrier alike (the page's)
-    said = re.findall(r"^rank \d+: waited in .+ failed after [\d.]+ s: (.+)$", bad.output, flags=re.M)
-    assert len(said) == 3 and all(s.startswith("Timed out waiting") for s in said), said
+    # gloo's own words: its timeout, on the ranks in the all-reduce and at the barrier alike; or,
+    # where a peer's clock ran out a moment sooner, that peer's closed connection, read at the
+    # same --timeout (the page's note). Never an early end: every wait lasted the timeout.
+    said = re.findall(r"^rank \d+: waited in .+ failed after ([\d.]+) s: (.+)$", bad.output, flags=re.M)
+    assert len(said) == 3 and all(float(seconds) >= 0.9 * 3 for seconds, _ in said), said
+    assert all(text.startswith(("Timed out waiting", "Connection closed by peer")) for _, text in said), said
+    assert any(text.startswith("Timed out waiting") for _, text in said), said
     for rank in summary["left"].split(","):
         assert waited[rank] == "the end-of-training barrier", bad.output
     for rank in summary["went_on"].split(","):
