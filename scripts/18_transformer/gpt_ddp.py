@@ -192,7 +192,8 @@ def check_against_one_process(model, ddp, batches, args, ctx):
 
 # --8<-- [start:step]
 def train_step(train_model, ddp, optimizer, scheduler, batches, args, ctx, autocast):
-    """One optimizer step, all on the device: no copy from the host, nothing read back.
+    """One optimizer step, all on the device: nothing read back, no copy from the host (but
+    the pinned copy of the sample order at the start of each epoch).
     Returns this rank's loss sum, trained tokens and real (not pad) input tokens."""
     micro_batches = batches.micro_batches(batches.next(), ctx.rank, ctx.world_size,
                                           args.accumulation_steps)
@@ -250,9 +251,9 @@ def main() -> None:
         batches.load_state_dict(state["extra"]["data"])
         print0(f"resumed from {args.resume}: step {start}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
                f"data at {batches.where()}")
-    # DDP where there are ranks to average: one process has none, and DDP's hooks and its split
-    # of the compiled graph cost a third of this small model's step (one H100, see the page).
-    # gradient_as_bucket_view: each .grad a view into DDP's buckets, no copy in or out (chapter 10).
+    # DDP where there are ranks to average: one process has none, and DDP cost a third of this
+    # small model's step (one H100, see the page). gradient_as_bucket_view: each .grad is a view
+    # into its bucket after the all-reduce, no copy out of it (chapter 10).
     ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
               gradient_as_bucket_view=True) if ctx.world_size > 1 else model
     train_model = torch.compile(ddp) if args.compile else ddp  # chapter 15: DDP first, then compile
