@@ -645,7 +645,7 @@ class Project:
 
 
 FOLLOWED_FILES = 8  # modules checked by rule_followed for one script, at most
-FOLLOWED_LINES = 4000  # and their lines, at most
+FOLLOWED_LINES = 3000  # and their lines, at most
 FOLLOWED_CALLS = {"torch.save", "torch.load", "backward", "DataLoader", "autocast", "init_process_group",
                   "DistributedSampler", "all_reduce", "all_gather"}  # a module worth its time holds one
 # what rule_followed may say of a module of the project: not what hangs on where the module's
@@ -657,6 +657,7 @@ FOLLOWED_CODES = set(RULES) - {"DDP010", "DDP070", "DDP110", "DDP131", "DDP160",
 FOLLOWED_BY_RULES = {"DDP030", "DDP031", "DDP032", "DDP041", "DDP130", "DDP131"}
 DEEP_HOPS = 8  # how far the project's code is followed past what a Checker reads
 DEEP_UNITS = 300  # functions visited for one checked file, at most
+DEEP_MODULES = 30  # and the modules they are in
 
 
 class Reach:
@@ -675,6 +676,8 @@ class Reach:
 
     def parsed(self, path):
         if path not in self.index:
+            if sum(v is not None for v in self.index.values()) >= DEEP_MODULES:
+                return None  # the time a check takes: the nearest modules only
             tree = parse_module(path) if path is not None else None
             if tree is None:
                 self.index[path] = None
