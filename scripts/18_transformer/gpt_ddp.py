@@ -251,8 +251,8 @@ def main() -> None:
         batches.load_state_dict(state["extra"]["data"])
         print0(f"resumed from {args.resume}: step {start}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
                f"data at {batches.where()}")
-    # DDP where there are ranks to average: one process has none, and DDP cost a third of this
-    # small model's step (one H100, see the page). gradient_as_bucket_view: each .grad is a view
+    # DDP where there are ranks to average: one process has none, and DDP cost a third of the
+    # GPU preset's step on one H100 (see the page). gradient_as_bucket_view: each .grad is a view
     # into its bucket after the all-reduce, no copy out of it (chapter 10).
     ddp = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
               gradient_as_bucket_view=True) if ctx.world_size > 1 else model
