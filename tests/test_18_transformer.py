@@ -402,3 +402,28 @@ def test_page_states_the_gpu_comparison_with_nanogpt_and_it_meets_its_targets():
     page = PAGE.read_text()
     assert '--8<-- "docs/outputs/gpu/recorded/18_h100_vs_nanogpt.txt"' in page
     assert all(str(value) in page for value in (ours, nano, held_out))
+
+
+def test_a_stream_that_does_not_fit_on_the_device_stays_on_the_host_with_the_same_batches(monkeypatch):
+    """Where the training stream does not fit on the device (`fits_on_device` says no), the
+    batches keep it in host memory and cut each step's windows there: step after step, across
+    an epoch's end, rank 1's micro-batches are the ones cut on the device; the held-out windows
+    too. (On a CPU both live in one memory: what is compared is the cutting.)"""
+    import torch
+    sys.path.insert(0, str(REPO))
+    from utils import gpt
+
+    corpus = gpt.build_corpus(*gpt.make_answers_corpus(0, pairs=200))  # masked targets too
+    cpu = torch.device("cpu")
+    on_device = gpt.Batches(corpus, "packed", 32, 8, 0, cpu)
+    held_on_device = gpt.held_out_windows(corpus, 32, cpu)
+    monkeypatch.setattr(gpt, "fits_on_device", lambda nbytes, device: False)
+    on_host = gpt.Batches(corpus, "packed", 32, 8, 0, cpu)
+    assert not on_device.on_host and on_host.on_host
+    for _ in range(on_host.per_epoch + 2):
+        pairs = zip(on_device.micro_batches(on_device.next(), 1, 2, 2),
+                    on_host.micro_batches(on_host.next(), 1, 2, 2), strict=True)
+        for (inputs, targets), (host_inputs, host_targets) in pairs:
+            assert torch.equal(inputs, host_inputs) and torch.equal(targets, host_targets)
+    for kept, host in zip(held_on_device, gpt.held_out_windows(corpus, 32, cpu), strict=True):
+        assert torch.equal(kept, host)

@@ -189,24 +189,50 @@ def windows(tokens: torch.Tensor, starts: torch.Tensor, block_size: int,
 # --8<-- [end:packed]
 
 
+DEVICE_SHARE = 0.25  # the training stream stays on a GPU if it takes at most this share of its free memory
+
+
+def fits_on_device(nbytes: int, device: torch.device) -> bool:
+    """Whether a tensor of `nbytes` should live on `device`: always on a CPU (the same memory);
+    on a GPU, if it takes at most DEVICE_SHARE of the memory free now (the model, its
+    gradients, the optimizer and the activations need the rest)."""
+    if device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(device)
+    return nbytes <= DEVICE_SHARE * free
+
+
 class Batches:
     """The global batch of each optimizer step, drawn per epoch from the seed alone (the same
     at every world size), on the device. `position` counts the global batches taken: the
-    data position that a checkpoint saves and a resume restores."""
+    data position that a checkpoint saves and a resume restores.
+
+    Packed, the training stream lives on the device where it fits (`fits_on_device`): windows
+    are cut there, with no copy from the host. Where it does not, it stays in host memory
+    (pinned on a GPU machine): each step's windows are cut on the host and copied to the
+    device without blocking it (`on_host`)."""
 
     def __init__(self, corpus: Corpus, batching: str, block_size: int, global_batch_size: int,
                  seed: int, device: torch.device) -> None:
         self.packed, self.block_size, self.size = batching == "packed", block_size, global_batch_size
         self.seed, self.device, self.position, self._epoch, self._order = seed, device, 0, -1, None
         self.pad = corpus.pad
-        if self.packed:  # the training stream lives on the device: windows are cut there
-            self.tokens = corpus.tokens[:corpus.split].to(device)
-            self.trained = corpus.trained[:corpus.split].to(device) if corpus.trained is not None else None
+        if self.packed:  # the training stream, on the device where it fits: windows are cut there
+            tokens = corpus.tokens[:corpus.split]
+            trained = corpus.trained[:corpus.split] if corpus.trained is not None else None
+            stream_bytes = tokens.nbytes + (trained.nbytes if trained is not None else 0)
+            self.on_host = not fits_on_device(stream_bytes, device)
+            home = torch.device("cpu") if self.on_host else device
+            self.tokens = _pinned(tokens, device) if self.on_host else tokens.to(device)
+            self.trained = None if trained is None else (_pinned(trained, device) if self.on_host
+                                                         else trained.to(device))
             # Windows per epoch: the same for every offset of the grid (below).
             self.samples = (corpus.split - block_size) // block_size
         else:  # the padded documents live on the device
+            self.on_host, home = False, device
             self.inputs, self.targets = (t.to(device) for t in documents(corpus, block_size))
             self.samples = len(self.inputs)
+        self.home = home  # where the sample order lives and the windows are cut
         self.per_epoch = self.samples // global_batch_size  # global batches per epoch
 
     def state_dict(self) -> dict[str, int]:
@@ -228,9 +254,7 @@ class Batches:
         if self.packed:
             offset = int(torch.randint(self.block_size, (1,), generator=generator))
             order = offset + order * self.block_size
-        if self.device.type == "cuda":  # pinned: the copy runs without blocking the host
-            order = order.pin_memory()
-        return order.to(self.device, non_blocking=True)
+        return _to(order, self.home)
 
     def peek(self) -> torch.Tensor:
         """The samples of the next global batch (without taking it)."""
@@ -247,7 +271,8 @@ class Batches:
     def sequences(self, samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets) [len(samples), block_size] of these samples, on the device."""
         if self.packed:
-            return windows(self.tokens, samples, self.block_size, self.trained)
+            inputs, targets = windows(self.tokens, samples, self.block_size, self.trained)
+            return _to(inputs, self.device), _to(targets, self.device)  # no copy when on the device
         return self.inputs[samples], self.targets[samples]
 
     def micro_batches(self, samples: torch.Tensor, rank: int, world_size: int, micro_batches: int
@@ -258,14 +283,31 @@ class Batches:
         return [self.sequences(piece) for piece in mine.chunk(micro_batches)]
 
 
+def _pinned(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` in page-locked host memory when `device` is a GPU (a copy from it can run
+    without blocking the host), as it is otherwise."""
+    return tensor.pin_memory() if device.type == "cuda" else tensor
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` on `device`; a copy from the host to a GPU through pinned memory, without
+    blocking the host (the step that uses it waits for it on the GPU's stream)."""
+    if tensor.device == device:
+        return tensor
+    return _pinned(tensor, device).to(device, non_blocking=True)
+
+
 def held_out_windows(corpus: Corpus, block_size: int, device: torch.device
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The held-out text cut into windows of block_size + 1 tokens, one after the other (the
-    last token of one is the first of the next): each held-out token a target once."""
-    tokens = corpus.tokens[corpus.split:].to(device)
-    trained = corpus.trained[corpus.split:].to(device) if corpus.trained is not None else None
-    starts = torch.arange(0, len(tokens) - block_size, block_size, device=device)
-    return windows(tokens, starts, block_size, trained)
+    last token of one is the first of the next): each held-out token a target once. On the
+    device where they fit (`fits_on_device`), else in host memory (evaluation copies each batch)."""
+    tokens = corpus.tokens[corpus.split:]
+    trained = corpus.trained[corpus.split:] if corpus.trained is not None else None
+    starts = torch.arange(0, len(tokens) - block_size, block_size)
+    home = device if fits_on_device(8 * len(starts) * (block_size + 1), device) else torch.device("cpu")
+    return windows(tokens.to(home), starts.to(home), block_size,
+                   None if trained is None else trained.to(home))
 
 
 # --------------------------------------------------------------------------- the model

@@ -117,6 +117,7 @@ def evaluate(model, held_out, ctx, autocast, batch_size=64):
     model.eval()
     with torch.no_grad(), autocast:
         for x, y in zip(inputs.split(batch_size), targets.split(batch_size), strict=True):
+            x, y = x.to(ctx.device), y.to(ctx.device)  # no copy where they live on the device
             total[0] += token_loss_sum(model, x, y).double()
             total[1] += (y != IGNORE).sum()
     model.train()
