@@ -1764,9 +1764,17 @@ class Checker:
         for path, function, call in self.deep_reach():
             by_file.setdefault(path, []).append((function, call))
         said = {(f[2], f[0]) for f in self.findings}
-        relevant = [(path, reached) for path, reached in by_file.items() if any(
-            isinstance(n, ast.Call) and (last(n) in FOLLOWED_CALLS or dotted(n.func) in FOLLOWED_CALLS)
-            for function, _ in reached for n in ast.walk(function))]
+        def worth(path, function):  # a call a rule looks at, that is not the rules' own ground
+            found = self.project.reach.parsed(path)
+            owned = path in self.project.read and found is not None \
+                and found[1].get(function.name) is function
+            wanted = FOLLOWED_CALLS - {"DataLoader", "DistributedSampler", "init_process_group"} if owned \
+                else FOLLOWED_CALLS  # loaders, samplers, ports of a function the rules follow: theirs
+            return any(isinstance(n, ast.Call) and (last(n) in wanted or dotted(n.func) in wanted)
+                       for n in ast.walk(function))
+
+        relevant = [(path, reached) for path, reached in by_file.items()
+                    if any(worth(path, function) for function, _ in reached)]
         lines = 0
         for path, reached in relevant[:FOLLOWED_FILES]:
             tree = parse_module(path)
