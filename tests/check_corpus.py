@@ -39,7 +39,8 @@ measured there. Its folder is REVIEW_DIR/owner__name/path, each file in its whol
 tests/check_corpus_review6.tsv holds a fourth fresh review's 15 files (set review6), the same
 way: `before` is what the reviewed version (999036c) said, `after` this one.
 tests/check_corpus_review7.tsv holds a fifth (set review7), from that reviewer's table: `before`
-is what the reviewed version (8c072c6) said, `after` this one.
+is what the reviewed version (8c072c6) said, `after` this one. tests/check_corpus_review9.tsv
+holds a sixth (set review9, blind), from that reviewer's table: `before` is 32828ad's run.
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ LABELS = REPO / "tests" / "check_corpus.tsv"
 REVIEW = REPO / "tests" / "check_corpus_review5.tsv"  # a fresh review's 15 files: f69ac21, then now
 REVIEW6 = REPO / "tests" / "check_corpus_review6.tsv"  # the next fresh review's 15 files: 999036c, then now
 REVIEW7 = REPO / "tests" / "check_corpus_review7.tsv"  # a fifth fresh review's 15 files: 8c072c6, then now
-REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6"}  # the version each review ran
+REVIEW9 = REPO / "tests" / "check_corpus_review9.tsv"  # a sixth fresh review's 15 files: 32828ad, then now
+# the version each review ran
+REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6", "review9": "32828ad"}
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
-WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(")
+WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(|torch\.distributed")  # a file that is distributed
 COLUMNS = ["repo", "commit", "path", "set", "line", "code", "label", "before", "alone", "after", "reason"]
 VERSIONS = (("before", "first"), ("alone", "e674dd7, the file alone"), ("after", "now, in its repository"))
 NOT_DISTRIBUTED, UNREADABLE = "NOTDIST", "UNREADABLE"  # codes of the rows for a file's verdict
@@ -138,7 +141,7 @@ def measure(corpus: Path, rows: list[dict], checker, which: str, select: list[st
             rows.append({"repo": repo, "commit": commit, "path": rel, "set": part, "line": line, "code": code,
                          "label": "false" if code in (NOT_DISTRIBUTED, UNREADABLE) else "UNLABELLED",
                          "before": "-", "alone": "-", "after": "-",
-                         "reason": "the file wraps a model in DDP" if code == NOT_DISTRIBUTED else
+                         "reason": "it wraps DDP or calls torch.distributed" if code == NOT_DISTRIBUTED else
                          "the checker could not read it" if code == UNREADABLE else "label this finding"})
     return {"said": said, "missing": missing}
 

@@ -671,15 +671,17 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     assert "\t79\tDDP040" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("review, flagged, flagged_true, pitfalls, heading", [
-    ("review5", 20, 15, 26, "### A third review"),
-    ("review6", 22, 18, None, "### A fourth review"),
-    ("review7", 19, 15, None, "### A fifth review (blind)"),
+@pytest.mark.parametrize("review, flagged, flagged_true, pitfalls, false_left, heading", [
+    ("review5", 20, 15, 26, 0, "### A third review"),
+    ("review6", 22, 18, None, 0, "### A fourth review"),
+    ("review7", 19, 15, None, 0, "### A fifth review (blind)"),
+    ("review9", 22, 11, 24, 11, "### A sixth review (blind)"),
 ])
-def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagged_true, pitfalls, heading):
+def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagged_true, pitfalls, false_left,
+                                                           heading):
     """tests/check_corpus_<review>.tsv: a fresh review's 15 files, labelled by (or from the
     table of) the reviewer, with what the reviewed version and this one said. The reviewed
-    version's counts are the reviewer's own; no false alarm is left on these files;
+    version's counts are the reviewer's own; the false alarms left (none after the earlier ones);
     docs/check.md includes the table made from the label file, and the table is the file's."""
     spec = importlib.util.spec_from_file_location("check_corpus", REPO / "tests" / "check_corpus.py")
     corpus = importlib.util.module_from_spec(spec)
@@ -691,7 +693,7 @@ def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagg
     assert (before["flagged"], before["flagged_true"]) == (flagged, flagged_true)  # the review's own run
     if pitfalls is not None:
         assert before["pitfalls"] == pitfalls
-    assert after["flagged"] == after["flagged_true"]  # no false alarm left on these files
+    assert after["flagged"] - after["flagged_true"] == false_left  # the false alarms left on these files
     table = corpus.review_table(rows)
     assert (REPO / "tests" / f"check_corpus_{review}.md").read_text() == table
     version = corpus.REVIEWED[review]
