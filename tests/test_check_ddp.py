@@ -388,6 +388,18 @@ def test_shapes_of_the_sixth_round():
     assert "metric.compute() syncs the metric's states across the ranks" in findings(metrics)[0]["message"]
 
 
+def test_shapes_of_the_sixth_review():
+    """A sixth review's false alarms, each a fixture of our own. Quiet
+    (project/clean_review9.py): a snapshot helper of the project called in its load mode (its
+    save runs only if a model is given; the call gives none); an epoch helper whose save waits
+    on `opts.keep_snapshots`, which the script sets from the rank. Said
+    (project/train_review9.py): the same helper given the model on every rank, and the option
+    set the same on every rank."""
+    assert findings(PROJECT / "clean_review9.py") == []
+    train = PROJECT / "train_review9.py"
+    assert found_in(train) == expected_in(train) == {(28, "DDP040", False), (29, "DDP040", False)}
+
+
 def test_a_thin_script_over_its_library_is_distributed(capsys):
     """Not 'no torch.distributed in it': the script's DDP is made three modules down, through
     mp.spawn and a class, or through a dict of classes; the text report says what it found."""

@@ -1800,8 +1800,21 @@ class Checker:
                     continue  # a function the rule follows itself, with the arguments
                 if code == "DDP042" and not any(last(n) == "load_state_dict" for n in ast.walk(function)):
                     continue  # a file of data, not a checkpoint loaded into a model
+                if code == "DDP040" and self.deep_save_skipped(call, path, line):
+                    continue  # the call settles the test the save is under (a load mode, a rank flag)
                 said.add((code, call.lineno))
                 self.add(code, call, f"{where}:{line}: {message}", severity)
+
+    def deep_save_skipped(self, call, path, line):
+        """The function this call runs (a module's) holds a torch.save at `line` that the
+        call's arguments keep from running on every rank (see save_skipped)."""
+        resolved = self.resolve(call)
+        if resolved is None or resolved[0].path != path:
+            return False
+        checker, function = resolved
+        saves = [n for n in checker.own_nodes(function) if isinstance(n, ast.Call) and n.lineno == line
+                 and checker.origin(n.func) in ("torch.save", "save")]
+        return bool(saves) and all(self.save_skipped(call, checker, function, n) for n in saves)
 
     # -- DDP010 and the data: whose is it?
     def rank_carriers(self):
@@ -2853,6 +2866,69 @@ class Checker:
                         break
         return self._memo[key]
 
+    def save_skipped(self, call, checker, function, inner=None):
+        """The helper's save (see saver) sits under a test that this call settles: on a
+        parameter the call does not give, whose default is None (`if model is not None:`, a
+        load mode), or on an attribute of what the call gives that this file sets from the
+        rank (`if opts.keep: ...` where `opts.keep = ... rank == 0`)."""
+        if inner is None:
+            inner, holder = checker.saver(function)
+            if holder is not checker:
+                return False
+        if inner not in checker.own_nodes(function):
+            return False
+        params = checker.params(function)
+        shift = 1 if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else 0
+        starred = any(isinstance(a, ast.Starred) for a in call.args) \
+            or any(k.arg is None for k in call.keywords)
+        tainted = self.tainted(self.function_of(call))
+
+        def given(param):
+            index = params.index(param) - shift
+            return starred or 0 <= index < len(call.args) or keyword(call, param) is not None
+
+        def default_none(param):
+            args = function.args
+            positional = args.posonlyargs + args.args
+            if param in [a.arg for a in positional]:
+                index = [a.arg for a in positional].index(param) - (len(positional) - len(args.defaults))
+                return index >= 0 and isinstance(args.defaults[index], ast.Constant) \
+                    and args.defaults[index].value is None
+            for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+                if arg.arg == param:
+                    return isinstance(default, ast.Constant) and default.value is None
+            return False
+
+        def passed(param):
+            index = params.index(param) - shift
+            if 0 <= index < len(call.args):
+                return call.args[index]
+            return keyword(call, param)
+
+        child = inner
+        for ancestor in checker.ancestors(inner):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, ast.If):
+                test, in_body = ancestor.test, child in ancestor.body
+                tested = test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 \
+                    and is_false(test.comparators[0]) else test
+                needs_value = (in_body and (tested is test or isinstance(test.ops[0], ast.IsNot))) or (
+                    not in_body and tested is not test and isinstance(test.ops[0], ast.Is))
+                if isinstance(tested, ast.Name) and tested.id in params and needs_value \
+                        and not given(tested.id) and default_none(tested.id):
+                    return True  # snapshot(folder, tag): no model given, the load branch
+                if in_body:
+                    for part in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) \
+                            else [test]:
+                        if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) \
+                                and part.value.id in params:
+                            value = passed(part.value.id)
+                            if value is not None and f"{dotted(value)}.{part.attr}" in tainted:
+                                return True  # if opts.keep_snapshots: set from the rank here
+            child = ancestor
+        return False
+
     def per_rank_path(self, call, index=1, name="f"):
         """The file name depends on the rank: each rank writes or reads its own file; or it is
         no file at all, but a buffer in memory (`io.BytesIO()`)."""
@@ -2913,7 +2989,7 @@ class Checker:
             scope = self.function_of(call)
             external = self.external(call) if self.callee(call) is None else None
             if external is not None and external[0].saver(external[1]) is not None \
-                    and not self.guarded(call) and not any(
+                    and not self.guarded(call) and not self.save_skipped(call, *external) and not any(
                         self.depends_on_rank(a, self.tainted(scope, loose=True), loose=True)
                         for a in list(call.args) + [k.value for k in call.keywords] if is_path(a)):
                 inner, checker = external[0].saver(external[1])
