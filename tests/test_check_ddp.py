@@ -394,10 +394,24 @@ def test_shapes_of_the_sixth_review():
     save runs only if a model is given; the call gives none); an epoch helper whose save waits
     on `opts.keep_snapshots`, which the script sets from the rank. Said
     (project/train_review9.py): the same helper given the model on every rank, and the option
-    set the same on every rank."""
+    set the same on every rank. Quiet (clean_review9.py): a save under `if rank0_only() and
+    ...:`; under `self.writes`, set from the rank in another method; float16 autocast around a
+    call of an evaluation that runs no backward; a training and an evaluation function that each
+    name their own `sampler`; a per-sequence mean (`mask.sum(dim=1)`, a count per row). Said
+    (review9.py): the wrapper's state_dict() through a converter in one arm, loaded back into
+    the wrapper: one note, not a note and an error; the evaluation's padding sampler alone;
+    autocast around a call that runs backward; a loss over the rank's whole token count."""
     assert findings(PROJECT / "clean_review9.py") == []
     train = PROJECT / "train_review9.py"
     assert found_in(train) == expected_in(train) == {(28, "DDP040", False), (29, "DDP040", False)}
+    # one file: rank0_only() in an `and`; self.writes set from the rank in another method;
+    # float16 autocast around an evaluation only; each function's own `sampler`; a per-row count
+    assert findings(FIXTURES / "clean_review9.py") == []
+    review = FIXTURES / "review9.py"  # the same shapes where they are pitfalls, and one note
+    assert found_in(review) == expected_in(review) == {
+        (23, "DDP180", False), (35, "DDP060", False), (40, "DDP031", False), (65, "DDP041", True),
+        (67, "DDP041", True)}
+    assert len(findings(review)) == 5  # one note for the two arms of a save
 
 
 def test_a_thin_script_over_its_library_is_distributed(capsys):

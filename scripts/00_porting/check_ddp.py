@@ -282,6 +282,7 @@ def is_rank_word(name):
         or re.fullmatch(r"is_(local_|global_)?(main|master|leader|primary|zero|first|rank_?0|rank_?zero)", n)
         or re.fullmatch(r"(is_)?rank_?(0|zero)", n)
         or re.fullmatch(r"(is_)?(world_|local_|global_)?process_?(0|zero)", n)  # Hugging Face's Trainer
+        or re.fullmatch(r"(is_)?(rank_?(0|zero)|master|main(_process)?|leader)_only", n)  # rank0_only()
     )
 
 
@@ -1587,9 +1588,9 @@ class Checker:
         for ancestor in self.ancestors(node):
             if ancestor is scope:
                 break
-            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and self.rank_test(
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and (self.rank_test(
                 ancestor.test, scope, True
-            ):
+            ) or self.rank_attribute(ancestor.test, scope)):
                 return True
         if any(line < node.lineno for line in self.early_exits(scope)):
             return True
@@ -1604,6 +1605,29 @@ class Checker:
             sites = self.sites.get(scope, [])
             self._memo[key] = bool(sites) and all(self.guarded(site) for site in sites)
         return self._memo[key]
+
+    def rank_attribute(self, test, scope):
+        """A test on `self.x` (alone or in an `and`), where every method of the class that sets
+        self.x sets it from the rank (`self.writes = get_rank() == 0` in another method)."""
+        cls = next((a for a in self.ancestors(scope) if isinstance(a, ast.ClassDef)), None)
+        if cls is None:
+            return False
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        for part in parts:
+            if not (isinstance(part, ast.Attribute) and dotted(part.value) == "self"):
+                continue
+            values = [(value, where) for method in cls.body if isinstance(method, FUNCTION)
+                      for value, where in self.values_in(f"self.{part.attr}", method)]
+            if values and all(self.depends_on_rank(value, self.tainted(where), GUARD_EXTRA)
+                              for value, where in values):
+                return True
+        return False
+
+    def values_in(self, name, function):
+        """(value, scope) of the assignments to `name` in `function` itself."""
+        self.assigned(name, function)  # builds the table
+        return [(value, where) for value, where, _ in self._memo["assignments"].get(name, [])
+                if where is function]
 
     def early_exits(self, scope):
         """Lines of `if <rank test>: return/raise/continue` in `scope` (not in functions inside it)."""
@@ -2496,11 +2520,11 @@ class Checker:
             self._memo["simple_assigns"] = [n for n in self.nodes if isinstance(n, ast.Assign)
                                             and isinstance(n.targets[0], ast.Name)
                                             and isinstance(n.value, (ast.Dict, ast.Call))]
-        names, changed = {holder.targets[0].id}, True
+        names, changed, scope = {holder.targets[0].id}, True, self.function_of(holder)
         while changed:
             changed = False
             for node in self._memo["simple_assigns"]:
-                if node.targets[0].id in names:
+                if node.targets[0].id in names or not self.sees(scope, node, names):
                     continue
                 value = node.value
                 built = isinstance(value, ast.Dict) and any(isinstance(v, ast.Name) and v.id in names
@@ -2519,6 +2543,16 @@ class Checker:
                     names.add(node.targets[0].id)
                     changed = True
         return names
+
+    def sees(self, scope, node, names=()):
+        """`node` sees the names bound in `scope`: it is in `scope`, or in a function inside it
+        that binds none of `names` itself. A `sampler` of train() is not evaluate()'s."""
+        inner = self.function_of(node)
+        if inner is scope:
+            return True
+        if scope not in self.enclosing(inner):
+            return False
+        return not any(self.values_in(name, inner) for name in names)
 
     def handed_elsewhere(self, sampler_call):
         """The sampler, or a loader built on it, is passed to a function this file does not define."""
@@ -2557,10 +2591,11 @@ class Checker:
         names = self.holders(sampler_call)
         if "dataloaders" not in self._memo:
             self._memo["dataloaders"] = [c for c in self.calls if last(c) == "DataLoader"]
+        scope = self.function_of(sampler_call)
         return [
             c
             for c in self._memo["dataloaders"]
-            if any(
+            if self.sees(scope, c, names) and any(
                 isinstance(v, ast.Name) and v.id in names
                 for v in list(c.args[1:]) + [k.value for k in c.keywords]
             )
@@ -2945,7 +2980,19 @@ class Checker:
         """The file loads what `state` (a wrapper's state_dict() call) saves into a model that
         is not the wrapper: `plain.load_state_dict(checkpoint["model"])`, the key it was saved
         under (or a torch.load of it, saved alone)."""
-        holder = self.parents.get(state)
+        holder, inner = self.parents.get(state), state
+        while isinstance(holder, ast.IfExp) or (  # convert(model.state_dict()) if flash else ...
+                isinstance(holder, ast.Call) and inner in holder.args and "save" not in last(holder).lower()
+                and last(holder) != "dict"):
+            holder, inner = self.parents.get(holder), holder
+        if isinstance(holder, ast.Assign) and len(holder.targets) == 1 \
+                and isinstance(holder.targets[0], ast.Name):  # weights = ...; save({"w": weights})
+            name, scope = holder.targets[0].id, self.function_of(holder)
+            used = [n for n in self.by_scope.get(scope, []) if isinstance(n, ast.Name) and n.id == name
+                    and isinstance(n.ctx, ast.Load) and n.lineno >= holder.lineno]
+            if len(used) == 1:
+                holder, inner = self.parents.get(used[0]), used[0]
+        state = inner
         key = None
         if isinstance(holder, ast.Dict):
             index = next((i for i, v in enumerate(holder.values) if v is state), None)
@@ -3004,6 +3051,7 @@ class Checker:
                 for v in self.state_values(arg, scope, call.lineno)
             ]
             states = [node for kind, node in saved if kind == "state"]
+            owners_said = set()
             for state in states:
                 owner = state.func.value if isinstance(state.func, ast.Attribute) else None
                 kinds = self.kinds_of(owner, call.lineno, scope) if owner is not None else set()
@@ -3014,7 +3062,8 @@ class Checker:
                         "ddp" in kinds and outer == "ddp"):
                     self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
                              "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
-                elif "ddp" in kinds:
+                elif "ddp" in kinds and dotted(owner) not in owners_said:
+                    owners_said.add(dotted(owner))  # one word a wrapper, however many arms save it
                     inside = f"{ast.unparse(owner)}.module"  # DDP(torch.compile(m)): '_orig_mod.' next
                     held = ast.Attribute(value=owner, attr="module")
                     if "compile" in self.kinds_of(held, call.lineno, scope):
@@ -3340,7 +3389,7 @@ class Checker:
             name = self.origin(call.func)
             if last(call) != "autocast" or is_false(keyword(call, "enabled")):
                 continue
-            if self.in_no_grad(call, strict=True):
+            if self.in_no_grad(call, strict=True) or self.autocast_without_backward(call):
                 continue  # an evaluation: no backward, nothing to underflow
             scope = self.function_of(call)
             dtype = keyword(call, "dtype")
@@ -3354,6 +3403,17 @@ class Checker:
             if cuda_default or self.resolves_to_fp16(dtype, scope):
                 self.add("DDP060", call, "autocast in float16 and no GradScaler: gradients below 6e-8 "
                          "become 0; scale the loss with torch.amp.GradScaler, or use dtype=torch.bfloat16")
+
+    def autocast_without_backward(self, call):
+        """`with autocast(): evaluate(...)`: the block only calls functions in sight that run no
+        backward, and keeps nothing (no value leaves it for a backward after)."""
+        holder = self.parents.get(call)
+        block = self.parents.get(holder) if isinstance(holder, ast.withitem) else None
+        if not isinstance(block, ast.With) or not all(
+                isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) for stmt in block.body):
+            return False
+        return all(self.resolve(stmt.value) is not None and not self.is_backward(stmt.value)
+                   and self.reaches(stmt.value, "is_backward") is None for stmt in block.body)
 
     def rule_batchnorm(self):
         fixed = {"SyncBatchNorm", "convert_sync_batchnorm"} & (self.attrs | self.names)
@@ -3836,7 +3896,8 @@ class Checker:
                 continue
             if call.func.attr == "count_nonzero":
                 return True
-            if call.func.attr == "sum" and any(
+            if call.func.attr == "sum" and not call.args and keyword(call, "dim") is None \
+                    and keyword(call, "axis") is None and any(  # mask.sum(dim=1): a count per row
                     isinstance(n, ast.Compare) or (isinstance(n, ast.Call) and last(n) in ("ne", "gt"))
                     or (isinstance(n, (ast.Name, ast.Attribute)) and "mask" in last(n).lower())
                     or (isinstance(n, ast.Constant) and "mask" in str(n.value).lower())
