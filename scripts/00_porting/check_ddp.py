@@ -2980,7 +2980,7 @@ class Checker:
         """The file loads what `state` (a wrapper's state_dict() call) saves into a model that
         is not the wrapper: `plain.load_state_dict(checkpoint["model"])`, the key it was saved
         under (or a torch.load of it, saved alone)."""
-        holder, inner = self.parents.get(state), state
+        first = holder, inner = self.parents.get(state), state
         while isinstance(holder, ast.IfExp) or (  # convert(model.state_dict()) if flash else ...
                 isinstance(holder, ast.Call) and inner in holder.args and "save" not in last(holder).lower()
                 and last(holder) != "dict"):
@@ -2992,6 +2992,9 @@ class Checker:
                     and isinstance(n.ctx, ast.Load) and n.lineno >= holder.lineno]
             if len(used) == 1:
                 holder, inner = self.parents.get(used[0]), used[0]
+        if not (isinstance(holder, ast.Dict) or (isinstance(holder, ast.Call) and (
+                last(holder) == "dict" or "save" in last(holder).lower()))):
+            holder, inner = first  # kept elsewhere (args.ema = deepcopy(...)): as before
         state = inner
         key = None
         if isinstance(holder, ast.Dict):
