@@ -394,13 +394,15 @@ def test_shapes_of_the_sixth_review():
     save runs only if a model is given; the call gives none); an epoch helper whose save waits
     on `opts.keep_snapshots`, which the script sets from the rank. Said
     (project/train_review9.py): the same helper given the model on every rank, and the option
-    set the same on every rank. Quiet (clean_review9.py): a save under `if rank0_only() and
+    set the same on every rank. Quiet (clean_review9.py): a name that holds the model inside
+    DDP in one assignment and the wrapper in another; a save under `if rank0_only() and
     ...:`; under `self.writes`, set from the rank in another method; float16 autocast around a
     call of an evaluation that runs no backward; a training and an evaluation function that each
     name their own `sampler`; a per-sequence mean (`mask.sum(dim=1)`, a count per row). Said
     (review9.py): the wrapper's state_dict() through a converter in one arm, loaded back into
     the wrapper: one note, not a note and an error; the evaluation's padding sampler alone;
-    autocast around a call that runs backward; a loss over the rank's whole token count."""
+    autocast around a call that runs backward; a loss over the rank's whole token count; the
+    model inside DDP trained through an alias (`net = model.module if ... else model`)."""
     assert findings(PROJECT / "clean_review9.py") == []
     train = PROJECT / "train_review9.py"
     assert found_in(train) == expected_in(train) == {(28, "DDP040", False), (29, "DDP040", False)}
@@ -409,9 +411,20 @@ def test_shapes_of_the_sixth_review():
     assert findings(FIXTURES / "clean_review9.py") == []
     review = FIXTURES / "review9.py"  # the same shapes where they are pitfalls, and one note
     assert found_in(review) == expected_in(review) == {
-        (23, "DDP180", False), (35, "DDP060", False), (40, "DDP031", False), (65, "DDP041", True),
-        (67, "DDP041", True)}
-    assert len(findings(review)) == 5  # one note for the two arms of a save
+        (24, "DDP180", False), (32, "DDP110", False), (44, "DDP060", False), (50, "DDP031", False),
+        (75, "DDP041", True), (77, "DDP041", True)}
+    assert len(findings(review)) == 6  # one note for the two arms of a save
+    assert any(f["message"].startswith("net is model.module (the model inside DDP): net(...) bypasses DDP's "
+                                       "forward") for f in findings(review))
+
+
+def test_an_entry_that_names_torch_distributed_is_distributed(capsys):
+    """A sixth review's torchtitan shape (project/clean_review9_entry.py): a trainer made from
+    a config, out of sight, and torch.distributed named through `import torch` alone. Not 'no
+    torch.distributed in it': checked, nothing to say."""
+    assert check_ddp.main([str(PROJECT / "clean_review9_entry.py")]) == 0
+    out = capsys.readouterr().out
+    assert "no torch.distributed" not in out and out.startswith("no findings (1 file(s) checked)")
 
 
 def test_a_thin_script_over_its_library_is_distributed(capsys):

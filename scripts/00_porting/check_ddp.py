@@ -1232,7 +1232,8 @@ class Checker:
                 or bool(names & {"DistributedDataParallel", "distributed", "DistributedSampler"})
                 or bool(self.ddp_calls)
                 or "DistributedDataParallel" in self.attrs or "DistributedSampler" in self.attrs
-                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c)) for c in self.calls)
+                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c))
+                       or self.origin(c.func).startswith("torch.distributed.") for c in self.calls)
                 or any(self.external(c) and (self.reaches(c, "is_group_start") or self.factory(c))
                        for c in self.calls)
                 or self.deep_setup() is not None)
@@ -3438,6 +3439,27 @@ class Checker:
                     and dotted(func.value) not in ("self", "cls") and self.output_trained(call):
                 self.add("DDP110", call, f"{ast.unparse(call.func)}(...) bypasses DDP's forward: backward() "
                          "averages no gradient and the replicas drift apart; call the wrapper itself")
+            elif isinstance(func, ast.Name) and not self.in_no_grad(call) \
+                    and (inside := self.module_alias(func.id, call)) is not None \
+                    and self.output_trained(call):
+                self.add("DDP110", call, f"{func.id} is {inside} (the model inside DDP): {func.id}(...) "
+                         "bypasses DDP's forward: backward() averages no gradient and the replicas drift "
+                         "apart; call the wrapper itself")
+
+    def module_alias(self, name, call):
+        """`name` holds the model inside a wrapper: every value it is given before `call` is
+        `model.module`, or takes it in one arm (`model.module if isinstance(model, DDP) else
+        model`). The text of that `.module`, else None."""
+        values = [v for v in self.assigned(name, self.function_of(call)) if v.lineno <= call.lineno]
+        found = None
+        for value in values:
+            arms = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+            inside = next((a for a in arms if isinstance(a, ast.Attribute) and a.attr == "module"
+                           and dotted(a.value) not in ("self", "cls", "")), None)
+            if inside is None:
+                return None
+            found = ast.unparse(inside)
+        return found
 
     def output_trained(self, call):
         """The output of `call` reaches a backward(): in the same statement, through the names

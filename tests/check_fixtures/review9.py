@@ -2,8 +2,9 @@
 through a converter in one arm, loaded back into the wrapper (one note, not an error); a
 training and an evaluation function that each name their sampler `sampler`, the evaluation's
 padding (DDP031 there alone); float16 autocast around a call that runs backward (DDP060); a
-loss divided by the rank's whole token count (DDP180). Written for the tests; never run: it
-only has to parse."""
+loss divided by the rank's whole token count (DDP180); the model inside DDP trained through an
+alias, `net = model.module if isinstance(model, DDP) else model` (DDP110). Written for the
+tests; never run: it only has to parse."""
 
 import os
 
@@ -26,6 +27,14 @@ def train_step(model, x, y, mask, optimizer):
     optimizer.step()
 
 
+def distill(model, x, y, optimizer):
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    loss = (net(x.cuda()) - y.cuda()).square().mean()  # expect: DDP110
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
 def fit(model, data, optimizer, epochs):
     sampler = DistributedSampler(data)
     loader = DataLoader(data, batch_size=8, sampler=sampler)
@@ -34,6 +43,7 @@ def fit(model, data, optimizer, epochs):
         for x, y, mask in loader:
             with torch.autocast("cuda", dtype=torch.float16):  # expect: DDP060
                 train_step(model, x, y, mask, optimizer)
+            distill(model, x, y, optimizer)
 
 
 def evaluate(model, data):
