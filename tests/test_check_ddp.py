@@ -411,8 +411,8 @@ def test_shapes_of_the_sixth_review():
     assert findings(FIXTURES / "clean_review9.py") == []
     review = FIXTURES / "review9.py"  # the same shapes where they are pitfalls, and one note
     assert found_in(review) == expected_in(review) == {
-        (24, "DDP180", False), (32, "DDP110", False), (44, "DDP060", False), (50, "DDP031", False),
-        (75, "DDP041", True), (77, "DDP041", True)}
+        (24, "DDP180", False), (34, "DDP110", False), (46, "DDP060", False), (52, "DDP031", False),
+        (77, "DDP041", True), (79, "DDP041", True)}
     assert len(findings(review)) == 6  # one note for the two arms of a save
     assert any(f["message"].startswith("net is model.module (the model inside DDP): net(...) bypasses DDP's "
                                        "forward") for f in findings(review))

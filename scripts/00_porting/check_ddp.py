@@ -3439,7 +3439,7 @@ class Checker:
                     and dotted(func.value) not in ("self", "cls") and self.output_trained(call):
                 self.add("DDP110", call, f"{ast.unparse(call.func)}(...) bypasses DDP's forward: backward() "
                          "averages no gradient and the replicas drift apart; call the wrapper itself")
-            elif isinstance(func, ast.Name) and not self.in_no_grad(call) \
+            elif isinstance(func, ast.Name) and not self.in_no_grad(call, strict=True) \
                     and (inside := self.module_alias(func.id, call)) is not None \
                     and self.output_trained(call):
                 self.add("DDP110", call, f"{func.id} is {inside} (the model inside DDP): {func.id}(...) "

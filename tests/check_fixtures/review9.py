@@ -28,6 +28,8 @@ def train_step(model, x, y, mask, optimizer):
 
 
 def distill(model, x, y, optimizer):
+    model.eval()  # a rollout first, then training: the function still trains
+    model.train()
     net = model.module if isinstance(model, DistributedDataParallel) else model
     loss = (net(x.cuda()) - y.cuda()).square().mean()  # expect: DDP110
     optimizer.zero_grad()
