@@ -2980,7 +2980,9 @@ class Checker:
     def loaded_plain(self, state):
         """The file loads what `state` (a wrapper's state_dict() call) saves into a model that
         is not the wrapper: `plain.load_state_dict(checkpoint["model"])`, the key it was saved
-        under (or a torch.load of it, saved alone)."""
+        under (or a torch.load of it, saved alone). Through a converter or a name on the way to
+        the save (`{"w": convert(model.state_dict())}`), both the near holder and the save's
+        key must say so: the climb only ever makes an error a note."""
         first = holder, inner = self.parents.get(state), state
         while isinstance(holder, ast.IfExp) or (  # convert(model.state_dict()) if flash else ...
                 isinstance(holder, ast.Call) and inner in holder.args and "save" not in last(holder).lower()
@@ -2993,10 +2995,14 @@ class Checker:
                     and isinstance(n.ctx, ast.Load) and n.lineno >= holder.lineno]
             if len(used) == 1:
                 holder, inner = self.parents.get(used[0]), used[0]
-        if not (isinstance(holder, ast.Dict) or (isinstance(holder, ast.Call) and (
-                last(holder) == "dict" or "save" in last(holder).lower()))):
-            holder, inner = first  # kept elsewhere (args.ema = deepcopy(...)): as before
-        state = inner
+        if (holder, inner) != first and (isinstance(holder, ast.Dict) or (isinstance(holder, ast.Call) and (
+                last(holder) == "dict" or "save" in last(holder).lower()))) \
+                and not self.loaded_under(inner, holder):
+            return False  # the key it is saved under goes back into the wrapper alone
+        return self.loaded_under(*reversed(first))
+
+    def loaded_under(self, state, holder):
+        """loaded_plain for `state` held by `holder` (a dict's key, dict(), a save of it alone)."""
         key = None
         if isinstance(holder, ast.Dict):
             index = next((i for i, v in enumerate(holder.values) if v is state), None)
