@@ -96,7 +96,8 @@ def selected(code: str, select: list[str]) -> bool:
 
 def run_checker(checker, path: Path, select: list[str], root: Path | None = None) -> tuple[dict, str | None]:
     """{(line, code): severity} of the checker's findings on one file (an older version has no
-    severities: 'error'), and its verdict on the file: NOTDIST, UNREADABLE or None. `root`: the
+    severities: 'error'), and its verdict on the file: NOTDIST (said to have no torch.distributed,
+    though it wraps DDP or calls torch.distributed), UNREADABLE or None. `root`: the
     folder of the file's repository, whose modules the checker follows (a version that follows
     none checks the file alone; None: alone)."""
     try:
@@ -107,10 +108,12 @@ def run_checker(checker, path: Path, select: list[str], root: Path | None = None
     if follows:
         findings = checker.check_source(text, tree, str(path), root=root, follow=root is not None)
         project = checker.project_of(str(path), root, follow=root is not None)
-        distributed = checker.Checker(tree, project=project, path=str(path)).distributed
+        made = checker.Checker(tree, project=project, path=str(path))
     else:
         findings = checker.check_source(text, tree, str(path))
-        distributed = checker.Checker(tree).distributed
+        made = checker.Checker(tree)
+    # a file that calls torch.distributed, said to be out of the checker's sight: a right note
+    distributed = made.distributed or getattr(made, "names_distributed", False)
     found = {(str(f["line"]), f["code"]): f.get("severity", "error")
              for f in findings if selected(f["code"], select)}
     plain = not distributed and WRAPS_DDP.search(text)

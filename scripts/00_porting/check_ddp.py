@@ -957,6 +957,9 @@ class Checker:
                 self.sites.setdefault(target, []).append(call)
         self.ddp_calls = [c for c in self.calls if self.is_ddp_call(c)]
         self.distributed = not module and self._is_distributed()
+        # calls torch.distributed (after `import torch`) but shows none of the above: a trainer
+        # made out of sight (from a config); said so, never "no torch.distributed in it"
+        self.names_distributed = any(self.origin(c.func).startswith("torch.distributed.") for c in self.calls)
         self.bindings = self._bindings()
 
     # -- which code runs
@@ -1232,8 +1235,7 @@ class Checker:
                 or bool(names & {"DistributedDataParallel", "distributed", "DistributedSampler"})
                 or bool(self.ddp_calls)
                 or "DistributedDataParallel" in self.attrs or "DistributedSampler" in self.attrs
-                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c))
-                       or self.origin(c.func).startswith("torch.distributed.") for c in self.calls)
+                or any(last(c) == "init_process_group" or GROUP_HELPER.search(last(c)) for c in self.calls)
                 or any(self.external(c) and (self.reaches(c, "is_group_start") or self.factory(c))
                        for c in self.calls)
                 or self.deep_setup() is not None)
@@ -4420,7 +4422,7 @@ def project_of(path, root=None, follow=True):
     return Project(path, root) if follow and path and os.path.isfile(path) else None
 
 
-_VERDICTS = {}  # path -> whether check_source found the script distributed
+_VERDICTS = {}  # path -> whether check_source found the script distributed ("named": it calls it)
 
 
 def check_source(text, tree, path="<string>", select=None, ignore=None, root=None, follow=True):
@@ -4434,7 +4436,7 @@ def check_source(text, tree, path="<string>", select=None, ignore=None, root=Non
         viewed = VariantView(view).visit(ast.parse(text)) if view else tree
         ast.fix_missing_locations(viewed)
         checker = Checker(viewed, project=project, path=path if project else None)
-        _VERDICTS[path] = checker.distributed
+        _VERDICTS[path] = checker.distributed or ("named" if checker.names_distributed else False)
         for line, col, code, severity, message, node in sorted(checker.check(), key=lambda f: f[:3]):
             if (line, col, code) in seen or silenced(lines, node, code) or not selected(code, select, ignore):
                 continue
@@ -4472,7 +4474,7 @@ def plural(count, word):
 
 
 def main_check(args):
-    results, unreadable, plain = [], [], []
+    results, unreadable, plain, unfollowed = [], [], [], []
     least = SEVERITIES.index(args.severity)
     for path in args.paths:
         try:
@@ -4482,20 +4484,26 @@ def main_check(args):
             continue
         results += [f for f in check_source(text, tree, path, args.select, args.ignore)
                     if SEVERITIES.index(f["severity"]) >= least]
-        if not _VERDICTS.get(path, True):
+        verdict = _VERDICTS.get(path, True)
+        if verdict == "named":
+            unfollowed.append(path)  # it calls torch.distributed, its DDP is out of sight
+        elif not verdict:
             plain.append(path)  # a one-device script: the rules do not apply to it
     failing = [f for f in results if f["severity"] != "note"]
     code = 2 if unreadable else 1 if failing else 0
     try:
-        report(args, results, unreadable, plain)
+        report(args, results, unreadable, plain, unfollowed)
     except BrokenPipeError:  # | head read what it wanted: stop quietly, with the same exit code
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
 
 
-def report(args, results, unreadable, plain):
+def report(args, results, unreadable, plain, unfollowed=()):
     if args.format == "json":
-        print(json.dumps({"findings": results, "errors": unreadable, "not_distributed": plain}, indent=2))
+        said = {"findings": results, "errors": unreadable, "not_distributed": plain}
+        if unfollowed:
+            said["not_followed"] = list(unfollowed)  # calls torch.distributed, its DDP out of sight
+        print(json.dumps(said, indent=2))
     else:
         for error in unreadable:
             print(f"check_ddp: {error}", file=sys.stderr)
@@ -4512,6 +4520,11 @@ def report(args, results, unreadable, plain):
             note = (f"{', '.join(map(str, plain))}: no torch.distributed in {them}: the DDP rules do not "
                     "apply (check the DDP version of your script)")
             summary = note if not results and len(plain) == checked else f"{summary}; {note}"
+        if unfollowed:
+            note = (f"note: {', '.join(map(str, unfollowed))} calls torch.distributed, but the checker "
+                    "could not follow where the model is wrapped or the group started (a trainer made "
+                    "from a config?): check the file that wraps the model")
+            summary = f"{summary}; {note}"
         print(summary, f"({checked} file(s) checked"
               + (f", {len(unreadable)} unreadable)" if unreadable else ")"), flush=True)
 # ------------------------------------------------------------------------ the preflight
