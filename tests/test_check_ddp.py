@@ -395,7 +395,8 @@ def test_shapes_of_the_sixth_review():
     on `opts.keep_snapshots`, which the script sets from the rank. Said
     (project/train_review9.py): the same helper given the model on every rank, and the option
     set the same on every rank. Quiet (clean_review9.py): a name that holds the model inside
-    DDP in one assignment and the wrapper in another; a save under `if rank0_only() and
+    DDP in one assignment and the wrapper in another, or that is called alone (nothing kept),
+    or that holds the inside of a wrapper that is not DDP; a save under `if rank0_only() and
     ...:`; under `self.writes`, set from the rank in another method; float16 autocast around a
     call of an evaluation that runs no backward; a training and an evaluation function that each
     name their own `sampler`; a per-sequence mean (`mask.sum(dim=1)`, a count per row). Said

@@ -3458,6 +3458,9 @@ class Checker:
         """`name` holds the model inside a wrapper: every value it is given before `call` is
         `model.module`, or takes it in one arm (`model.module if isinstance(model, DDP) else
         model`). The text of that `.module`, else None."""
+        statement = next(a for a in (call, *self.ancestors(call)) if isinstance(a, ast.stmt))
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)):
+            return None  # a bare call keeps nothing that a backward could reach
         values = [v for v in self.assigned(name, self.function_of(call)) if v.lineno <= call.lineno]
         found = None
         for value in values:
@@ -3466,6 +3469,12 @@ class Checker:
                            and dotted(a.value) not in ("self", "cls", "")), None)
             if inside is None:
                 return None
+            tested = [n for n in ast.walk(value.test) if isinstance(n, (ast.Name, ast.Attribute))] \
+                if isinstance(value, ast.IfExp) else []  # isinstance(model, DistributedDataParallel)
+            wrapped = "ddp" in self.kinds_of(inside.value, value.lineno, self.function_of(call)) or any(
+                last(n) == "DDP" or self.origin(n).endswith("DistributedDataParallel") for n in tested)
+            if not wrapped:
+                return None  # the .module of some other wrapper (a model-parallel one)
             found = ast.unparse(inside)
         return found
 

@@ -42,6 +42,14 @@ def tune(model, x, y, optimizer, alone):
     optimizer.step()
 
 
+def warm_up(model, sharded, x):
+    net = model.module if isinstance(model, DistributedDataParallel) else model
+    net(x.cuda())  # fills a cache: keeps nothing that a backward could reach
+    inner = sharded.module  # another wrapper's inside, not DDP's
+    out = inner(x.cuda())
+    out.sum().backward()
+
+
 class Runner:
     def __init__(self, model, data, half):
         self.model, self.data, self.half, self.best = model, data, half, None
@@ -85,6 +93,7 @@ def main():
     dist.init_process_group("nccl")
     model = DistributedDataParallel(nn.Linear(8, 8).cuda(), device_ids=[local_rank])
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 8), torch.ones(64, 8))
+    warm_up(model, nn.DataParallel(nn.Linear(8, 8)), torch.randn(8, 8))
     Runner(model, data, half=False).fit(10)
 
 
