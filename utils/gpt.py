@@ -222,10 +222,9 @@ class Batches:
             trained = corpus.trained[:corpus.split] if corpus.trained is not None else None
             stream_bytes = tokens.nbytes + (trained.nbytes if trained is not None else 0)
             self.on_host = not fits_on_device(stream_bytes, device)
-            home = torch.device("cpu") if self.on_host else device
-            self.tokens = _pinned(tokens, device) if self.on_host else tokens.to(device)
-            self.trained = None if trained is None else (_pinned(trained, device) if self.on_host
-                                                         else trained.to(device))
+            home = torch.device("cpu") if self.on_host else device  # gpu-checked: the host on purpose
+            self.tokens, self.trained = (None if t is None else _pinned(t, device) if self.on_host
+                                         else t.to(device) for t in (tokens, trained))
             # Windows per epoch: the same for every offset of the grid (below).
             self.samples = (corpus.split - block_size) // block_size
         else:  # the padded documents live on the device
@@ -305,7 +304,8 @@ def held_out_windows(corpus: Corpus, block_size: int, device: torch.device
     tokens = corpus.tokens[corpus.split:]
     trained = corpus.trained[corpus.split:] if corpus.trained is not None else None
     starts = torch.arange(0, len(tokens) - block_size, block_size)
-    home = device if fits_on_device(8 * len(starts) * (block_size + 1), device) else torch.device("cpu")
+    window_bytes = tokens.element_size() * len(starts) * (block_size + 1)
+    home = device if fits_on_device(window_bytes, device) else torch.device("cpu")  # gpu-checked: the host
     return windows(tokens.to(home), starts.to(home), block_size,
                    None if trained is None else trained.to(home))
 

@@ -181,7 +181,8 @@ def main():
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)  # this process's GPU, before init_process_group
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    device = (torch.device("cuda", local_rank) if torch.cuda.is_available()
+              else torch.device("cpu"))  # gpu-checked: each process its own GPU (set above)
     dtype = DTYPES[args.precision]
     backend = "nccl" if device.type == "cuda" else "gloo"
     store = None if world_size > 1 else dist.HashStore()  # no launcher: a group of one, no address

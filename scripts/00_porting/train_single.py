@@ -71,7 +71,7 @@ def make_model():
 def main():
     args = parse_args()
     # 1. The device.
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # gpu-checked: one GPU
     # 2. The data: a loader that shuffles every epoch.
     torch.manual_seed(args.seed)
     dataset = make_dataset(args.seed)

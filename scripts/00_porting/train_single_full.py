@@ -149,7 +149,7 @@ def save_atomically(state, path):
 def main():
     args = parse_args()
     # 1. The device and the precision.
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # gpu-checked: one GPU
     dtype = DTYPES[args.precision]
     # 2. The data: a loader that shuffles every epoch, and the held-out set.
     train_set, held_out = make_datasets()
