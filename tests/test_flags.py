@@ -163,6 +163,9 @@ def _stops() -> None:
         return stop
 
     DistributedDataParallel.__init__ = reached("DistributedDataParallel")
+    # one process trains without DDP where a script wraps only for 2+ ranks (gpt_ddp.py): its
+    # first backward is work (the walk let its valid values train to the end, about 7 s each)
+    torch.Tensor.backward = reached("a backward pass")
     torch.utils.data.DataLoader.__iter__ = reached("a data loader's first batch")
     sp.Popen.__init__ = reached("a subprocess")
     try:
