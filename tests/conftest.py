@@ -146,6 +146,29 @@ def script(path: str) -> Path:
     return REPO / "scripts" / path
 
 
+def run_as_main(path: Path, *args: str, env: dict[str, str], cwd: Path = REPO) -> Result:
+    """`python PATH ARGS` in the environment `env` and the folder `cwd`, for a run that ends at
+    its checks (a usage error, a launch it refuses) before any process group: run as __main__
+    in this process (tests/test_flags.py's _run_case, as the flag walk runs every script), so
+    that it costs no interpreter and no `import torch` of its own (about 1.8 CPU-s a launch).
+    What it printed and its exit code, as a launch shows them; an exception is a traceback in
+    its output, with exit code 1, as Python's would be."""
+    from test_flags import _run_case
+
+    saved, here = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        case = _run_case(Path(path), [str(a) for a in args], keep=100_000)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        os.chdir(here)
+    code = case["code"] if case["outcome"] == "exit" else 1 if case["outcome"].startswith("traceback") else 0
+    return Result(code, case["output"], case["seconds"])
+
+
 _HELP_TEXTS: dict[str, Result] = {}
 
 
