@@ -43,7 +43,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, VENV_BIN, captured_run, clean_env, mpi_env, observed_writes, run, writes_to
+from conftest import (
+    REPO,
+    VENV_BIN,
+    captured_run,
+    clean_env,
+    mpi_env,
+    observed_writes,
+    run,
+    run_as_main,
+    writes_to,
+)
 from simulated_nodes import INTERFACE, JOB_TIMEOUT_S, kill_leftovers  # noqa: F401 - autouse fixture
 from slurm_cluster import shared_cluster
 from test_13_multinode_and_hpc import (  # the two simulated nodes with HPE/Cray-like names
@@ -214,7 +224,7 @@ def test_torchrun_saves_one_plain_checkpoint_from_rank_0_and_reshuffles(sampler_
 
 
 def test_bad_flags_exit_2_with_a_message(capsys, tmp_path):
-    result = run([sys.executable, REPO / TRAIN_DDP, "--batch-size", "0"], timeout=60)
+    result = run_as_main(REPO / TRAIN_DDP, "--batch-size", "0", env=clean_env())
     assert result.returncode == 2, result.output
     assert "argument --batch-size: expected a whole number of at least 1, got '0'" in result.output
     assert "Traceback" not in result.output
@@ -241,15 +251,17 @@ COPIES = "2 processes started without torchrun would each train alone: start one
 def test_a_launch_torchrun_did_not_set_up_exits_1_with_a_message(tmp_path):
     """No hang and no silent copies: WORLD_SIZE without torchrun's address (it waited forever
     before), and a launcher's size variable without WORLD_SIZE (mpiexec or srun starting the
-    script N times, each training alone): one line that says what to do, exit 1, no checkpoint."""
+    script N times, each training alone): one line that says what to do, exit 1, no checkpoint.
+    The four environments run the script in this process (run_as_main: it stops before any
+    process group); Open MPI's mpiexec runs it for real."""
     checkpoint = tmp_path / "model.pt"
     cases = [({"WORLD_SIZE": "2"}, NO_TORCHRUN),
              ({"WORLD_SIZE": "2", "MASTER_ADDR": "localhost"}, NO_TORCHRUN),
              ({"PMI_SIZE": "2", "PMI_RANK": "1"}, COPIES),
              ({"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_STEP_ID": "0"}, COPIES)]
     for extra, message in cases:
-        result = run([sys.executable, REPO / TRAIN_DDP, "--checkpoint", checkpoint],
-                     env=clean_env(**extra), cwd=tmp_path, timeout=30)
+        result = run_as_main(REPO / TRAIN_DDP, "--checkpoint", checkpoint, env=clean_env(**extra),
+                             cwd=tmp_path)
         assert result.returncode == 1 and message in result.output, (extra, result.output)
         assert "Traceback" not in result.output and not checkpoint.exists(), (extra, result.output)
     # The real thing: Open MPI's mpiexec -n 2, without torchrun. Each copy's exit code is
@@ -282,14 +294,17 @@ GPU_SHORTAGE = ("2 processes on this node, but it has 1 GPU(s): start one proces
                 "CUDA_VISIBLE_DEVICES= in front of the command")
 
 
-def test_more_processes_than_gpus_stop_before_set_device(tmp_path):
+def test_more_processes_than_gpus_stop_before_set_device(tmp_path, monkeypatch):
     """torchrun --nproc_per_node=2 on a one-GPU workstation: set_device(1) ended in 'CUDA error:
     invalid device ordinal' (the H200 recording). Now each process says what happened and the
-    ways out, and exits 1 before it touches a GPU."""
+    ways out, and exits 1 before it touches a GPU. Local rank 1 of 2 alone, in this process
+    with torch.cuda faked as fake_gpus fakes it (run_as_main); then torchrun's two processes."""
     env = fake_gpus(tmp_path, 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     for path in (TRAIN_DDP, "scripts/00_porting/train_ddp_full.py"):  # the real-script pair too
-        alone = run([sys.executable, REPO / path], env={**env, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
-                    cwd=tmp_path, timeout=60)
+        alone = run_as_main(REPO / path, env={**env, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"},
+                            cwd=tmp_path)
         assert alone.returncode == 1 and GPU_SHORTAGE in alone.output, (path, alone.output)
         assert "Traceback" not in alone.output, alone.output
     result = run([VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2", REPO / TRAIN_DDP],
