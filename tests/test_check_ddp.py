@@ -419,6 +419,44 @@ def test_shapes_of_the_sixth_review():
                                        "forward") for f in findings(review))
 
 
+def test_shapes_of_the_seventh_round():
+    """The sixth review's misses, each a shape of our own. Said (project/train_review10.py):
+    the nccl group started in a helper of the project that picks no GPU, with no set_device
+    anywhere it reaches (DDP131, at the call); a shuffling DataLoader subclass with no sampler
+    inside a generator helper, or a DataLoader over data the helper makes (notes: which ranks
+    read it, and what data it gets, are out of sight); an evaluation sampler that a helper
+    reached through a star import makes, batched by another helper and given as
+    batch_sampler=; cached features, then a loop of micro-batches with backward and one step.
+    (project/train_review10_modes.py): a port default in an options class's parser, set as
+    MASTER_PORT under srun; a runner's training method picked by getattr at run time.
+    (review10.py): an evaluation loader kept in self.held_out_loader, read in another method
+    under no_grad, on BatchSampler(padded) or BatchSampler(DistributedSampler(...));
+    accumulation said once, at the micro-batch loop, not at a plain branch whose test names
+    the accumulation. Quiet (clean_review10.py, both): the GPU picked after the helper's start;
+    no_sync() around the helper's epoch; the sampler helper told the job is not distributed;
+    a loader in an attribute that trains."""
+    train = PROJECT / "train_review10.py"
+    assert found_in(train) == expected_in(train) == {
+        (19, "DDP131", False), (23, "DDP010", True), (24, "DDP050", False), (25, "DDP010", True),
+        (27, "DDP031", False)}
+    said = {f["line"]: f["message"] for f in findings(train)}
+    assert said[19].startswith("helpers/workdir.py:16: init_process_group with nccl and no "
+                                     "torch.cuda.set_device anywhere")
+    assert said[24].startswith("helpers/workdir.py:60: backward() on every micro-batch")
+    assert said[23].startswith("helpers/workdir.py:28: PrefetchLoader(shuffle=...) without a sampler")
+    assert said[25].startswith("helpers/workdir.py:35: DataLoader(shuffle=...) without a sampler")  # a note
+    modes = PROJECT / "train_review10_modes.py"
+    assert found_in(modes) == expected_in(modes) == {(11, "DDP130", False), (13, "DDP050", False)}
+    said = {f["code"]: f["message"] for f in findings(modes)}
+    assert said["DDP130"].startswith("start_under_srun() (helpers/modes.py:29) sets MASTER_PORT to 12411")
+    assert said["DDP050"].startswith("helpers/modes.py:43: backward() on every micro-batch")
+    review = FIXTURES / "review10.py"
+    assert found_in(review) == expected_in(review) == {
+        (21, "DDP031", False), (23, "DDP031", False), (37, "DDP050", False)}
+    assert findings(PROJECT / "clean_review10.py") == []
+    assert findings(FIXTURES / "clean_review10.py") == []
+
+
 def test_an_entry_that_names_torch_distributed_is_distributed(capsys):
     """A sixth review's torchtitan shape (project/clean_review9_entry.py): a trainer made from
     a config, out of sight, and torch.distributed called through `import torch` alone. Not 'no

@@ -652,7 +652,7 @@ FOLLOWED_CALLS = {"torch.save", "torch.load", "backward", "DataLoader", "autocas
 # what rule_followed may say of a module of the project: not what hangs on where the module's
 # objects come from (an FSDP or ZeRO model, a converted BatchNorm, set_device or a sampler given
 # by the script), which the module alone cannot tell
-FOLLOWED_CODES = set(RULES) - {"DDP010", "DDP070", "DDP110", "DDP131", "DDP160", "DDP170", "DDP191"}
+FOLLOWED_CODES = set(RULES) - {"DDP070", "DDP110", "DDP131", "DDP160", "DDP170", "DDP191"}
 # rules whose own following weighs the call's arguments or the script's objects (a launcher named
 # by a constant, a sampler turned off, set_epoch on the script's loader, a resume into the wrapper)
 FOLLOWED_BY_RULES = {"DDP030", "DDP031", "DDP032", "DDP041", "DDP130", "DDP131"}
@@ -847,6 +847,9 @@ class Reach:
         """The functions a node of `scope` (a function of module `path`, or the module) runs or
         names: a function, a class's __init__, a method of self, of an object made in sight."""
         out = []
+        owner, methods = self.dispatched(node)
+        if owner is not None:  # getattr(runner, args.mode)(), eval(f"runner.{args.mode}")()
+            node = ast.Attribute(value=ast.Name(id=owner, ctx=ast.Load()), attr="", ctx=ast.Load())
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "self" and id(scope) in self.owner:
                 found = self.method(*self.owner[id(scope)], node.attr)
@@ -860,9 +863,12 @@ class Reach:
                                 made.setdefault(t.id, []).append(v.value)
             makers = self.names[("made", id(scope))].get(node.value.id, [])
             for where, cls in (c for m in makers for c in self.made(path, m)):
-                found = self.method(where, cls, node.attr)
-                if found is not None:
-                    out.append(found)
+                for name in methods(cls) if owner is not None else [node.attr]:
+                    found = self.method(where, cls, name)
+                    if found is not None:
+                        out.append(found)
+            if owner is not None:
+                return out
         for where, target in self.targets(path, node):
             if isinstance(target, ast.ClassDef):
                 found = self.method(where, target, "__init__")
@@ -870,6 +876,36 @@ class Reach:
             else:
                 out.append((where, target))
         return out
+
+    @staticmethod
+    def dispatched(node):
+        """(the object's name, its methods that a name chosen at run time can pick) for
+        `getattr(runner, mode)` or `eval(f"runner.{mode}")`: the public methods of its class
+        whose names begin and end as the pattern's constant parts do; (None, None) otherwise."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+            return None, None
+        if node.func.id == "getattr" and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) \
+                and not isinstance(node.args[1], ast.Constant):
+            owner, prefix, suffix = node.args[0].id, "", ""
+            pattern = node.args[1]
+            if isinstance(pattern, ast.JoinedStr) and pattern.values:
+                ends = [v.value if isinstance(v, ast.Constant) else "" for v in (pattern.values[0],
+                                                                               pattern.values[-1])]
+                prefix, suffix = ends[0], ends[1] if len(pattern.values) > 1 else ""
+        elif node.func.id == "eval" and isinstance(node.args[0], ast.JoinedStr) and node.args[0].values \
+                and isinstance(node.args[0].values[0], ast.Constant):
+            head = str(node.args[0].values[0].value)
+            match = re.fullmatch(r"([A-Za-z_]\w*)\.(\w*)", head)
+            if match is None or len(node.args[0].values) > 2:
+                return None, None
+            owner, prefix, suffix = match[1], match[2], ""
+        else:
+            return None, None
+
+        def methods(cls):
+            return [n.name for n in cls.body if isinstance(n, FUNCTION) and not n.name.startswith("_")
+                    and n.name.startswith(prefix) and n.name.endswith(suffix)]
+        return owner, methods
 
     def refs(self, path, function):
         key = id(function)
@@ -1023,6 +1059,12 @@ class Checker:
             elif kind == "from" and len(rest) >= 1:  # from pkg import mod: mod.f, mod.sub.f
                 sub = ".".join(p for p in [module, imported, *rest[:-1]] if p)
                 found = self.project.function(sub, level, self.folder, rest[-1], self.depth + 1)
+        elif entry is None and name and not rest and name not in self.functions and name not in self.classes \
+                and self.function_of(call) is not None and not self.shadowed(head, call):
+            for module, level in self.star_imports:  # from pkg.utils import *: make_data_sampler(...)
+                found = self.project.function(module, level, self.folder, name, self.depth + 1)
+                if found is not None:
+                    break
         self._memo[key] = found
         return found
 
@@ -1797,8 +1839,9 @@ class Checker:
                 and found[1].get(function.name) is function
             wanted = FOLLOWED_CALLS - {"DataLoader", "DistributedSampler", "init_process_group"} if owned \
                 else FOLLOWED_CALLS  # loaders, samplers, ports of a function the rules follow: theirs
-            return any(isinstance(n, ast.Call) and (last(n) in wanted or dotted(n.func) in wanted)
-                       for n in ast.walk(function))
+            return any(isinstance(n, ast.Call) and (
+                last(n) in wanted or dotted(n.func) in wanted
+                or ("DataLoader" in wanted and last(n).startswith("DataLoader"))) for n in ast.walk(function))
 
         relevant = [(path, reached) for path, reached in by_file.items()
                     if any(worth(path, function) for function, _ in reached)]
@@ -1814,6 +1857,8 @@ class Checker:
             except (RecursionError, ValueError):
                 continue
             checker.distributed = True  # it runs in this script's DDP job
+            checker.entry_wraps = bool(self.ddp_calls) and not self.attrs & {"no_sync",
+                                                                           "require_backward_grad_sync"}
             where = self.project.where(path)
             for line, _, code, severity, message, _ in checker.check():
                 if code not in FOLLOWED_CODES or any(f"{where}:{line}" in f[4] for f in self.findings):
@@ -1829,6 +1874,8 @@ class Checker:
                     continue  # a file of data, not a checkpoint loaded into a model
                 if code == "DDP040" and self.deep_save_skipped(call, path, line):
                     continue  # the call settles the test the save is under (a load mode, a rank flag)
+                if code == "DDP010":  # a loader a helper builds: what data it gets, and which ranks
+                    severity = "note"  # read it, is out of this file's sight
                 said.add((code, call.lineno))
                 self.add(code, call, f"{where}:{line}: {message}", severity)
 
@@ -1906,7 +1953,7 @@ class Checker:
     def rule_loader(self):
         for call in self.calls:
             name = last(call)
-            if not (name == "DataLoader" or name.endswith("_loader")):
+            if not (name == "DataLoader" or name.endswith("_loader") or name in self.loader_classes()):
                 continue
             shuffle = keyword(call, "shuffle")
             if shuffle is None or is_false(shuffle) or keyword(call, "sampler") \
@@ -1933,6 +1980,10 @@ class Checker:
                 self.add("DDP010", call, f"{name}(shuffle=...) without a sampler, over a data set made "
                          "elsewhere: unless it is split by rank there, every rank iterates over all of it; "
                          "pass sampler=DistributedSampler(dataset)", "note")
+
+    def loader_classes(self):
+        """Classes of this file made on DataLoader (`class DataLoaderX(DataLoader)`)."""
+        return {name for name, cls in self.classes.items() if any(last(b) == "DataLoader" for b in cls.bases)}
 
     def single_process(self, node):
         """`node` runs only where the job is not distributed: in the else of a test on a
@@ -2535,17 +2586,28 @@ class Checker:
                 built |= (
                     isinstance(value, ast.Call)
                     and (
-                        last(value) == "DataLoader" or last(value).endswith(("_loader", "Loader", "Sampler"))
+                        last(value) == "DataLoader"
+                        or last(value).endswith(("_loader", "Loader", "Sampler", "_sampler"))
                     )
                     and any(
                         isinstance(v, ast.Name) and v.id in names
                         for v in list(value.args) + [k.value for k in value.keywords]
                     )
                 )
+                built |= isinstance(value, ast.Call) and node.targets[0].id in self.batch_sampler_names() \
+                    and any(isinstance(v, ast.Name) and v.id in names for v in value.args)  # batches_of(s, 8)
                 if built:
                     names.add(node.targets[0].id)
                     changed = True
         return names
+
+    def batch_sampler_names(self):
+        """The names a DataLoader of this file is given as batch_sampler=."""
+        if "batch_sampler_names" not in self._memo:
+            self._memo["batch_sampler_names"] = {
+                k.value.id for c in self.calls if last(c) == "DataLoader" for k in c.keywords
+                if k.arg == "batch_sampler" and isinstance(k.value, ast.Name)}
+        return self._memo["batch_sampler_names"]
 
     def sees(self, scope, node, names=()):
         """`node` sees the names bound in `scope`: it is in `scope`, or in a function inside it
@@ -2591,6 +2653,9 @@ class Checker:
         if isinstance(holder, ast.keyword) and isinstance(self.parents.get(holder), ast.Call):
             outer = self.parents[holder]
             return [outer] if last(outer) == "DataLoader" else self.loaders_on(outer)
+        if isinstance(holder, ast.Call) and sampler_call in holder.args \
+                and last(holder).endswith(("Sampler", "_sampler")):
+            return self.loaders_on(holder)  # BatchSampler(DistributedSampler(d), 8, False)
         names = self.holders(sampler_call)
         if "dataloaders" not in self._memo:
             self._memo["dataloaders"] = [c for c in self.calls if last(c) == "DataLoader"]
@@ -2600,6 +2665,8 @@ class Checker:
             for c in self._memo["dataloaders"]
             if self.sees(scope, c, names) and any(
                 isinstance(v, ast.Name) and v.id in names
+                or (isinstance(v, ast.Call) and last(v).endswith(("Sampler", "_sampler")) and any(
+                    isinstance(a, ast.Name) and a.id in names for a in v.args))  # BatchSampler(sampler, 8)
                 for v in list(c.args[1:]) + [k.value for k in c.keywords]
             )
         ]
@@ -2709,11 +2776,28 @@ class Checker:
                 found = "yes" if self.in_evaluation(holder.iter, strict) else None
             elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
                 found = self.reads_under_no_grad(holder.targets[0].id, self.function_of(holder), strict)
+            elif isinstance(holder, ast.Assign) and dotted(holder.targets[0]).count(".") == 1 \
+                    and dotted(holder.targets[0]).startswith("self."):
+                found = self.attribute_read_in_evaluation(holder.targets[0].attr, holder, strict)
             else:
                 found = None
             verdict = found if found == "yes" else verdict if verdict in ("id", "yes") else found or verdict
         self._memo[key] = verdict
         return verdict
+
+    def attribute_read_in_evaluation(self, attr, assign, strict):
+        """'yes' where a method of the class that sets `self.attr = DataLoader(...)` iterates
+        `self.attr` under no_grad (`self.val_loader` made in __init__, read in validate())."""
+        cls = self.class_of(self.function_of(assign))
+        if cls is None:
+            return None
+        for method in (n for n in cls.body if isinstance(n, FUNCTION)):
+            for node in self.by_scope.get(method, []):
+                if isinstance(node, (ast.For, ast.comprehension)) and any(
+                        dotted(n) == f"self.{attr}" for n in ast.walk(unwrap_iter(node.iter))) \
+                        and self.in_evaluation(node.iter, strict):
+                    return "yes"
+        return None
 
     def local_factories(self):
         """Calls of a function of this file that returns a padding sampler it makes
@@ -3240,8 +3324,8 @@ class Checker:
 
     # -- DDP050: accumulation without no_sync
     def rule_no_sync(self):
-        if not self.ddp_calls:
-            return
+        if not self.ddp_calls and not getattr(self, "entry_wraps", False):
+            return  # entry_wraps: a module of the project that a script wrapping DDP reaches
         for node in self.nodes:  # the fix, where gradients are made (not in a no_grad evaluation)
             if isinstance(node, ast.Attribute) and node.attr in ("no_sync", "require_backward_grad_sync") \
                     and not self.in_no_grad(node, strict=True):
@@ -3249,44 +3333,56 @@ class Checker:
             if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
                     and "sync" in last(node.context_expr).lower() and node.context_expr.args:
                 return  # a no_sync helper of the project: with ddp_sync(ddp, last_round):
-        for loop in self.nodes:
-            if not isinstance(loop, (ast.For, ast.While)):
-                continue
-            body = [n for s in loop.body for n in ast.walk(s)]
-            calls = [c for c in body if isinstance(c, ast.Call)]
-            backwards = [c for c in calls if self.is_backward(c)]
-            scaled = [
-                c for c in calls if keyword(c, "update_grad") is not None
-            ]  # loss_scaler(loss, opt, update_grad=)
-            if scaled and all(self.counts_steps(keyword(c, "update_grad")) for c in scaled):
-                self.add(
-                    "DDP050",
-                    scaled[0],
-                    f"{last(scaled[0])}(..., update_grad=...) runs backward() on every "
-                    "micro-batch and steps after several: each backward() all-reduces; wrap all but the "
-                    "last in model.no_sync()",
-                )
-                continue
-            gated = next((c for c in calls if self.steps_when_told(c)), None)
-            if gated is not None:  # optimizer_step(loss, ..., is_update=step % k == 0)
-                self.add("DDP050", gated, f"{last(gated)}() runs backward() on every micro-batch and steps "
-                         "when told, every few: each backward() all-reduces; wrap all but the last in "
-                         "model.no_sync()")
-                continue
-            if not backwards:
-                continue
-            steps = [c for c in calls if self.is_optimizer_step(c) or self.reaches(c, "is_optimizer_step")]
-            if steps:
-                accumulating = all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
-                                       for a in self.between(s, loop))
-                                   or self.skipped_before(s, loop, backwards) for s in steps)
-            else:  # no step inside: micro-batches, with the step after the loop
-                words = ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test) + (
-                    ast.unparse(loop.target) if isinstance(loop, ast.For) else "")
-                accumulating = bool(re.search(r"(?i)micro|accum|chunk", words)) or self.step_after(loop)
-            if accumulating:
-                self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
-                         "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
+        said = []  # the loops said: an inner micro-batch loop first, never the loop around it too
+        loops = [n for n in self.nodes if isinstance(n, (ast.For, ast.While))]
+        for loop in sorted(loops, key=lambda n: -len(list(self.ancestors(n)))):
+            if any(loop in self.ancestors(inner) for inner in said):
+                continue  # cached features, then `for j in range(accum_freq):` backward: said there
+            count = len(self.findings)
+            self.no_sync_loop(loop)
+            if len(self.findings) > count:
+                said.append(loop)
+        self.no_sync_helpers()
+
+    def no_sync_loop(self, loop):
+        """DDP050 on one loop: backward() on every micro-batch, the step after several."""
+        body = [n for s in loop.body for n in ast.walk(s)]
+        calls = [c for c in body if isinstance(c, ast.Call)]
+        backwards = [c for c in calls if self.is_backward(c)]
+        scaled = [
+            c for c in calls if keyword(c, "update_grad") is not None
+        ]  # loss_scaler(loss, opt, update_grad=)
+        if scaled and all(self.counts_steps(keyword(c, "update_grad")) for c in scaled):
+            self.add(
+                "DDP050",
+                scaled[0],
+                f"{last(scaled[0])}(..., update_grad=...) runs backward() on every "
+                "micro-batch and steps after several: each backward() all-reduces; wrap all but the "
+                "last in model.no_sync()",
+            )
+            return
+        gated = next((c for c in calls if self.steps_when_told(c)), None)
+        if gated is not None:  # optimizer_step(loss, ..., is_update=step % k == 0)
+            self.add("DDP050", gated, f"{last(gated)}() runs backward() on every micro-batch and steps "
+                     "when told, every few: each backward() all-reduces; wrap all but the last in "
+                     "model.no_sync()")
+            return
+        if not backwards:
+            return
+        steps = [c for c in calls if self.is_optimizer_step(c) or self.reaches(c, "is_optimizer_step")]
+        if steps:
+            accumulating = all(any(isinstance(a, ast.If) and self.counts_steps(a.test)
+                                   for a in self.between(s, loop))
+                               or self.skipped_before(s, loop, backwards) for s in steps)
+        else:  # no step inside: micro-batches, with the step after the loop
+            words = ast.unparse(loop.iter if isinstance(loop, ast.For) else loop.test) + (
+                ast.unparse(loop.target) if isinstance(loop, ast.For) else "")
+            accumulating = bool(re.search(r"(?i)micro|accum|chunk", words)) or self.step_after(loop)
+        if accumulating:
+            self.add("DDP050", backwards[0], "backward() on every micro-batch, the optimizer step after "
+                     "several: each backward() all-reduces; wrap all but the last in model.no_sync()")
+
+    def no_sync_helpers(self):
         for call in self.calls:  # train_one_epoch(model, ...) of the project: its loss scaler
             external = self.external(call)
             scaled = external[0].scaled_every_few(external[1]) if external is not None else None
@@ -3518,8 +3614,28 @@ class Checker:
 
     # -- DDP130: a fixed port
     def option_default(self, attribute):
-        """The default of the command-line option that `args.NAME` holds (add_argument)."""
-        for call in self.calls:
+        """The default of the command-line option that `args.NAME` holds (add_argument): in
+        this file, else in the project's modules this script reaches (an `Options` class's
+        parser), where exactly one option of that name has one."""
+        found = self.option_default_in(self.calls, attribute)
+        if found is not None or self.module or self.followed or self.project is None:
+            return found
+        if ("options", attribute) not in self._memo:
+            defaults = []
+            for path in dict.fromkeys(p for p, _, _ in self.deep_reach()):
+                tree = parse_module(path)
+                if tree is not None:
+                    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+                    defaults += [d for d in [self.option_default_in(calls, attribute, every=True)] if d]
+            self._memo[("options", attribute)] = defaults[0] if len(defaults) == 1 else None
+        return self._memo[("options", attribute)]
+
+    @staticmethod
+    def option_default_in(calls, attribute, every=False):
+        """The default of the `add_argument` among `calls` whose destination is `attribute`;
+        with every, None where two of them name it."""
+        out = []
+        for call in calls:
             if last(call) != "add_argument":
                 continue
             dest = keyword(call, "dest")
@@ -3527,8 +3643,10 @@ class Checker:
             dests = {dest.value} if isinstance(dest, ast.Constant) else {
                 n.lstrip("-").replace("-", "_") for n in names if n.startswith("--")}
             if attribute in dests:
-                return keyword(call, "default")
-        return None
+                out.append(keyword(call, "default"))
+                if not every:
+                    break
+        return out[0] if len(out) == 1 else None
 
     def constant_value(self, node, scope):
         """The constant behind a value: itself, str()/int() of it, a name assigned one constant,
@@ -3867,6 +3985,39 @@ class Checker:
             self.add("DDP131", call, "init_process_group with nccl and no torch.cuda.set_device: every "
                      "rank's current GPU is GPU 0, where the *_object collectives put their tensors; call "
                      "torch.cuda.set_device(local_rank) before init_process_group")
+        self.deep_nccl_device()
+
+    def deep_nccl_device(self):
+        """A group started with nccl in a helper of the project (`dist.init_process_group("nccl")`
+        in `create_workdir(cfg)`), and no set_device in sight: not in this file, not in any
+        module of the project it reaches, and no CUDA_VISIBLE_DEVICES or device context that
+        could stand for it. Said at the call of this file that reaches the helper."""
+        if self.module or self.followed or self.project is None or any(
+                last(c) in ("init_process_group", "set_device") for c in self.calls):
+            return
+        setup = self.deep_setup()
+        if setup is None:
+            return
+        path, start, call = setup
+        backend = start.args[0] if start.args else keyword(start, "backend")
+        if not (isinstance(backend, ast.Constant) and isinstance(backend.value, str)
+                and backend.value.lower() == "nccl"):
+            return  # a backend chosen elsewhere (a parameter, a config): not in view
+        paths = {self.path.resolve(), path} | {p for p, _, _ in self.deep_reach()}
+        for module in paths:
+            tree = parse_module(module)
+            if tree is None or any(
+                    (isinstance(n, ast.Attribute) and n.attr == "set_device")
+                    or (isinstance(n, ast.Name) and n.id == "set_device")
+                    or (isinstance(n, ast.Call) and dotted(n.func).endswith("cuda.device"))
+                    or (isinstance(n, ast.Constant) and n.value == "CUDA_VISIBLE_DEVICES")
+                    or (isinstance(n, ast.keyword) and n.arg == "device_id")
+                    for n in ast.walk(tree)):
+                return  # a device set, bound or picked somewhere the checker cannot order
+        self.add("DDP131", call, f"{self.project.where(path)}:{start.lineno}: init_process_group with nccl "
+                 "and no torch.cuda.set_device anywhere in the project's code this script reaches: every "
+                 "rank's current GPU is GPU 0, where the *_object collectives put their tensors; call "
+                 "torch.cuda.set_device(local_rank) before init_process_group")
 
     def parameter_values(self, expr, node):
         """`expr`, or where it is a parameter of the function around `node`, what the file's
