@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, VENV_BIN, captured_run, clean_env, observed_writes, run, writes_to
+from conftest import REPO, VENV_BIN, captured_run, clean_env, observed_writes, run, run_as_main, writes_to
 
 FOLDER = REPO / "scripts" / "00_porting"
 TRAIN_DDP = FOLDER / "train_ddp_full.py"
@@ -418,12 +418,11 @@ def test_bad_flags_a_finished_checkpoint_and_a_bad_launch_end_with_a_message(fp3
             assert exited.value.code == 2
             assert message in capsys.readouterr().err, (script, flags)
     finished = fp32_runs["tmp"] / "one.pt"  # 4 epochs of 4 done
-    result = run([sys.executable, FOLDER / "train_single_full.py", "--checkpoint", finished, "--resume"],
-                 env=clean_env(), timeout=60)
+    result = run_as_main(FOLDER / "train_single_full.py", "--checkpoint", finished, "--resume",
+                         env=clean_env())
     assert result.returncode == 1 and f"{finished} has done all 4 epochs: raise --epochs" in result.output
     assert "Traceback" not in result.output
-    result = run([sys.executable, TRAIN_DDP, "--checkpoint", tmp_path / "x.pt"],
-                 env=clean_env(WORLD_SIZE="2"), timeout=60)
+    result = run_as_main(TRAIN_DDP, "--checkpoint", tmp_path / "x.pt", env=clean_env(WORLD_SIZE="2"))
     assert result.returncode == 1 and "WORLD_SIZE > 1 without MASTER_ADDR and MASTER_PORT" in result.output
     assert not (tmp_path / "x.pt").exists()
 

@@ -8,7 +8,16 @@ import re
 import subprocess
 
 import pytest
-from conftest import captured_run, exit_code_echoed, mpiexec, python, script_help
+from conftest import (
+    captured_run,
+    clean_env,
+    exit_code_echoed,
+    mpiexec,
+    python,
+    run_as_main,
+    script,
+    script_help,
+)
 
 UNEVEN = "09_uneven_inputs/uneven_inputs.py"
 NUM_SAMPLES, BATCH_SIZE, EPOCHS = 2048, 32, 3  # the script's defaults
@@ -145,7 +154,7 @@ def test_bad_input_says_what_to_set():
     assert fewer_files.returncode != 0
     assert "--num-files 1 is fewer than the 2 ranks" in fewer_files.output
     assert "set --num-files to at least 2" in fewer_files.output
-    fix_with_bad = python(UNEVEN, "--variant", "bad", "--fix", "join")
+    fix_with_bad = run_as_main(script(UNEVEN), "--variant", "bad", "--fix", "join", env=clean_env())
     assert fix_with_bad.returncode == 2
     assert "--fix chooses the fix of --variant good" in fix_with_bad.output
 

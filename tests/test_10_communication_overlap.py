@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from conftest import captured_run, mpiexec, python, script_help
+from conftest import captured_run, clean_env, mpiexec, python, run_as_main, script, script_help
 
 BUCKETS = "10_communication_overlap/bucket_size.py"
 SWEEP = "10_communication_overlap/bucket_sweep.py"
@@ -106,6 +106,6 @@ def test_help_and_bad_input():
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--num-samples", "--backend",
                  "--timeout", "--variant", "--bucket-cap-mb", "--gradient-as-bucket-view", "--static-graph"):
         assert flag in result.output
-    wrong = python(SWEEP, "--bucket-caps", "1", "ten")
+    wrong = run_as_main(script(SWEEP), "--bucket-caps", "1", "ten", env=clean_env())
     assert wrong.returncode == 2
     assert "--bucket-caps takes numbers of MiB or 'default'" in wrong.output

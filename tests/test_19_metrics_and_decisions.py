@@ -18,6 +18,7 @@ from conftest import (
     observed_writes,
     python,
     run,
+    run_as_main,
     script,
     script_help,
     writes_to,
@@ -177,7 +178,7 @@ def test_mpiexec_every_rank_says_where_it_waited_and_broadcast_stops_every_rank(
 
 
 def test_bad_input_says_what_to_do():
-    fix_with_bad = python(STOP, "--variant", "bad", "--fix", "broadcast")
+    fix_with_bad = run_as_main(script(STOP), "--variant", "bad", "--fix", "broadcast", env=clean_env())
     assert fix_with_bad.returncode == 2
     assert "--fix chooses the fix of --variant good" in fix_with_bad.output
     helped = script_help(STOP)
