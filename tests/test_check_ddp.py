@@ -457,6 +457,22 @@ def test_shapes_of_the_seventh_round():
     assert findings(FIXTURES / "clean_review10.py") == []
 
 
+def test_a_save_under_a_test_out_of_sight_is_a_note():
+    """Precision where the evidence passes through what the checker cannot read
+    (review10_guards.py): a save under a call of an installed package, under a flag of an
+    object made out of sight, under self.writes set only from such a value: a note that names
+    the test. Where the code in view shows it, an error: a test of the epoch, an option of the
+    file's own parser. float16 autocast in a validate() that calls .eval() and runs no
+    backward: nothing; in a step whose loss goes to backward(): DDP060."""
+    guards = FIXTURES / "review10_guards.py"
+    assert found_in(guards) == expected_in(guards) == {
+        (33, "DDP060", False), (45, "DDP040", True), (57, "DDP040", True), (59, "DDP040", True),
+        (61, "DDP040", False), (63, "DDP040", False)}
+    said = {f["line"]: f["message"] for f in findings(guards)}
+    assert said[57].startswith("torch.save under `if should_write(args):`, a test the checker cannot read")
+    assert said[45].startswith("torch.save under `if self.writes:`")
+
+
 def test_an_entry_that_names_torch_distributed_is_distributed(capsys):
     """A sixth review's torchtitan shape (project/clean_review9_entry.py): a trainer made from
     a config, out of sight, and torch.distributed called through `import torch` alone. Not 'no

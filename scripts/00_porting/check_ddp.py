@@ -141,6 +141,9 @@ GUARD_EXTRA = {"gpu", "gpu_id", "gpu_rank", "device_id"}
 # Decorators that run a function on rank 0 alone.
 RANK_ZERO_DECORATORS = re.compile(r"(?i)rank_?zero|master_only|main_process_only|on_main_process|main_only")
 NO_GRAD = {"no_grad", "inference_mode"}
+# a test's word that may mean "this process writes" (a guard the checker cannot read)
+GUARD_WORD = re.compile(r"(?i)save|master|main|primary|leader|chief|writer|write|log|rank|zero|first|"
+                        r"enabled|^on$|^is_|^should_|^do_|^can_")
 # Variables of launchers that set no MASTER_PORT (srun, mpiexec): a fallback port always applies.
 PORTLESS_LAUNCHERS = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "PALS_")
 # Calls whose result carries the rank of their arguments (arithmetic, conversions): int(rank),
@@ -3136,9 +3139,14 @@ class Checker:
                         self.depends_on_rank(a, self.tainted(scope, loose=True), loose=True)
                         for a in list(call.args) + [k.value for k in call.keywords] if is_path(a)):
                 inner, checker = external[0].saver(external[1])
+                unread = self.unread_guard(call)
                 self.add("DDP040", call, f"{self.helper_name(call, *external)} runs torch.save "
                          f"({self.at(checker, inner)}) on every rank: N processes write the same file; "
-                         "call it on rank 0 alone (if rank == 0:), then dist.barrier()")
+                         "call it on rank 0 alone (if rank == 0:), then dist.barrier()" if unread is None
+                         else f"{self.helper_name(call, *external)} runs torch.save "
+                         f"({self.at(checker, inner)}) under `if {ast.unparse(unread)}:`, a test the checker "
+                         "cannot read: if it is not a test on the rank, every rank writes the same file",
+                         None if unread is None else "note")
             if "save" not in last(call).lower() or name.startswith(("dcp.", "torch.distributed.checkpoint")):
                 continue
             saved = [
@@ -3188,6 +3196,10 @@ class Checker:
                          "FSDP.optim_state_dict() or torch.distributed.checkpoint (dcp.save)")
             elif self.guarded(call) or (helper is None and self.per_rank_path(call)):
                 continue
+            elif (unread := self.unread_guard(call)) is not None:
+                self.add("DDP040", call, f"torch.save under `if {ast.unparse(unread)}:`, a test the checker "
+                         "cannot read (a call or a flag set out of its sight): if it is not a test on the "
+                         "rank, every rank writes the same file; save on rank 0 alone", "note")
             elif helper is not None:
                 self.add(
                     "DDP040",
@@ -3200,6 +3212,67 @@ class Checker:
                 whole = " (the whole module)" if all(kind == "module" for kind, _ in saved) else ""
                 self.add("DDP040", call, f"torch.save{whole} runs on every rank: N processes write the same "
                          "file; save on rank 0 alone (if rank == 0:), then dist.barrier()")
+
+    def unread_guard(self, node):
+        """The test of an `if` around `node` (in its function) that the checker cannot read, so
+        that it cannot tell whether it picks rank 0: a call it cannot follow (`if
+        should_save(args):`, `if is_primary() and ...:`), or a flag whose value is out of its
+        sight (`if saver.enabled:`, `if args.is_master:` that nothing in view sets and no
+        option names, `if self.on:` set only from such a value). None where every test is
+        readable (`if epoch % 5 == 0:`, an option's flag): there the save runs on every rank."""
+        scope = self.function_of(node)
+        for ancestor in self.ancestors(node):
+            if ancestor is scope:
+                break
+            if isinstance(ancestor, ast.If) and self.opaque(ancestor.test, scope):
+                return ancestor.test
+        return None
+
+    def opaque(self, expr, scope, depth=0):
+        """`expr` holds a call or a flag whose value the checker cannot read (see
+        unread_guard); at depth 0 only one whose name may mean a writer (GUARD_WORD), below it
+        (the value a flag was set from) any."""
+        if depth > 3:
+            return False
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Call):
+                head = dotted(n.func).split(".")[0]
+                if last(n) in BUILTINS | CARRY_RANK | {"any", "all", "hasattr", "getattr", "str", "bool"} \
+                        or head in ("os", "torch", "math", "np", "numpy", "time", "dist", "sys", "re") \
+                        or isinstance(n.func, ast.Attribute) and not isinstance(n.func.value, ast.Name):
+                    continue  # a builtin, a library call, a method of a value (path.exists())
+                if self.resolve(n) is None and (depth or GUARD_WORD.search(last(n))):
+                    return True
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                    and isinstance(n.ctx, ast.Load) and (depth or GUARD_WORD.search(n.attr)):
+                if n.value.id == "self":
+                    cls = next((a for a in self.ancestors(scope) if isinstance(a, ast.ClassDef)), None)
+                    values = [] if cls is None else [
+                        (value, where) for method in cls.body if isinstance(method, FUNCTION)
+                        for value, where in self.values_in(f"self.{n.attr}", method)]
+                    if not values or any(self.opaque(v, w, depth + 1) for v, w in values):
+                        return True
+                    continue
+                self.assigned(dotted(n), scope)  # builds the table
+                if not self._memo["assignments"].get(dotted(n)) and not self.is_option(n.attr):
+                    return True
+        return False
+
+    def is_option(self, attribute):
+        """A command-line option of this file or of a module it reaches names `attribute`."""
+        calls = [c for c in self.calls if last(c) == "add_argument"]
+        if not self.module and not self.followed and self.project is not None:
+            for path in dict.fromkeys(p for p, _, _ in self.deep_reach()):
+                tree = parse_module(path)
+                calls += [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                          and last(n) == "add_argument"] if tree is not None else []
+        for call in calls:
+            names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            dest = keyword(call, "dest")
+            if attribute in ({dest.value} if isinstance(dest, ast.Constant) else {
+                    n.lstrip("-").replace("-", "_") for n in names if n.startswith("-")}):
+                return True
+        return False
 
     def sharded_state(self):
         """A model's state_dict() holds shards here: FSDP2 (`fully_shard`, DTensor), or FSDP1
@@ -3497,7 +3570,8 @@ class Checker:
             name = self.origin(call.func)
             if last(call) != "autocast" or is_false(keyword(call, "enabled")):
                 continue
-            if self.in_no_grad(call, strict=True) or self.autocast_without_backward(call):
+            if self.in_no_grad(call, strict=True) or self.autocast_without_backward(call) \
+                    or self.evaluation_without_backward(call):
                 continue  # an evaluation: no backward, nothing to underflow
             scope = self.function_of(call)
             dtype = keyword(call, "dtype")
@@ -3511,6 +3585,16 @@ class Checker:
             if cuda_default or self.resolves_to_fp16(dtype, scope):
                 self.add("DDP060", call, "autocast in float16 and no GradScaler: gradients below 6e-8 "
                          "become 0; scale the loss with torch.amp.GradScaler, or use dtype=torch.bfloat16")
+
+    def evaluation_without_backward(self, node):
+        """`node` is in an evaluate()/validate()/test() that calls .eval(), runs no backward
+        and reaches none: autocast there makes no gradient to underflow."""
+        function = self.function_of(node)
+        if not isinstance(function, FUNCTION) or not EVAL_NAME.search(function.name) \
+                or not self.calls_eval(function):
+            return False
+        return not any(isinstance(n, ast.Call) and (self.is_backward(n) or self.reaches(n, "is_backward"))
+                       for n in ast.walk(function))
 
     def autocast_without_backward(self, call):
         """`with autocast(): evaluate(...)`: the block only calls functions in sight that run no
