@@ -429,25 +429,29 @@ def test_templates_copied_alone_into_an_empty_folder_train(tmp_path):
     file: this machine alone); slurm_job.sh under bash with a Slurm job's variables and
     stand-ins for scontrol and srun (test_slurm_template_under_sbatch runs it under a real
     Slurm, in CI): srun gets the job's --cpus-per-task (SRUN_CPUS_PER_TASK is honoured by
-    Slurm 22.05 to 23.02 only), and torchrun is told that it hosts the rendezvous."""
+    Slurm 22.05 to 23.02 only), and torchrun is told that it hosts the rendezvous. The Slurm
+    one with CPU_PROCESSES_PER_NODE=1 (a rank fewer, about 4 CPU-s): its 2 ranks train under
+    sbatch in test_slurm_template_under_sbatch; pbs_job.sh's 2 ranks per node train here alone."""
     fake = fake_slurm(tmp_path)
     path = f"{fake}{os.pathsep}{os.environ['PATH']}"
-    jobs = {"pbs_job.sh": ("4242.pbs01", {}),
-            "slurm_job.sh": ("4343", {"SLURM_JOB_ID": "4343", "SLURM_JOB_NODELIST": "localhost",
-                                      "SLURM_CPUS_PER_TASK": "2", "SLURM_NNODES": "1"})}
-    for template, (job_id, slurm_vars) in jobs.items():
+    jobs = {"pbs_job.sh": ("4242.pbs01", 2, {}),
+            "slurm_job.sh": ("4343", 1, {"SLURM_JOB_ID": "4343", "SLURM_JOB_NODELIST": "localhost",
+                                         "SLURM_CPUS_PER_TASK": "2", "SLURM_NNODES": "1"})}
+    for template, (job_id, processes, slurm_vars) in jobs.items():
         run_dir = tmp_path / template.split("_")[0]
         run_dir.mkdir()
         folder = project(run_dir, template)
         venv = venv_that_shows_torchrun(run_dir)
         env = clean_env(HOME=str(run_dir), PATH=path, PBS_JOBID=job_id, **slurm_vars,
+                        CPU_PROCESSES_PER_NODE=str(processes),
                         **template_env(run_dir, VENV=str(venv), TRAIN_SCRIPT="train.py"))
         if template == "slurm_job.sh":
             del env["PBS_JOBID"]
         result = run(["bash", template], env=env, cwd=folder, timeout=180)
         assert result.returncode == 0, (template, result.output)
         assert result.count(PREFLIGHT_SKIPPED) == 1 and "can't open file" not in result.output, result.output
-        assert_job_trained(result.output, run_dir, job_id, nodes=1, world_size=2)
+        assert_job_trained(result.output, run_dir, job_id, nodes=1, world_size=processes,
+                           processes_per_node=processes)
         given = re.findall(r"^torchrun got: (.*)$", result.output, flags=re.M)
         assert len(given) == 1 and given[0].startswith("--rdzv-conf=is_host=true "), result.output
         assert given[0].endswith(f"--rdzv-id={job_id} train.py --batch-size 16 --epochs 2 "
