@@ -462,15 +462,16 @@ def test_a_save_under_a_test_out_of_sight_is_a_note():
     (review10_guards.py): a save under a call of an installed package, under a flag of an
     object made out of sight, under self.writes set only from such a value: a note that names
     the test. Where the code in view shows it, an error: a test of the epoch, an option of the
-    file's own parser. float16 autocast in a validate() that calls .eval() and runs no
-    backward: nothing; in a step whose loss goes to backward(): DDP060."""
+    file's own parser, a number out of sight compared (not a flag). float16 autocast in a
+    validate() that calls .eval() and runs no backward: nothing; in a step whose loss goes to
+    backward(): DDP060."""
     guards = FIXTURES / "review10_guards.py"
     assert found_in(guards) == expected_in(guards) == {
-        (33, "DDP060", False), (45, "DDP040", True), (57, "DDP040", True), (59, "DDP040", True),
-        (61, "DDP040", False), (63, "DDP040", False)}
+        (34, "DDP060", False), (46, "DDP040", True), (58, "DDP040", True), (60, "DDP040", True),
+        (62, "DDP040", False), (64, "DDP040", False), (66, "DDP040", False)}
     said = {f["line"]: f["message"] for f in findings(guards)}
-    assert said[57].startswith("torch.save under `if should_write(args):`, a test the checker cannot read")
-    assert said[45].startswith("torch.save under `if self.writes:`")
+    assert said[58].startswith("torch.save under `if should_write(args):`, a test the checker cannot read")
+    assert said[46].startswith("torch.save under `if self.writes:`")
 
 
 def test_an_entry_that_names_torch_distributed_is_distributed(capsys):

@@ -3234,7 +3234,16 @@ class Checker:
         (the value a flag was set from) any."""
         if depth > 3:
             return False
-        for n in ast.walk(expr):
+        parts, todo = [], [expr]
+        while todo:  # the parts that are tested as a truth: not a number compared (epoch % cfg.SAVE_FREQ)
+            part = todo.pop()
+            if isinstance(part, ast.BoolOp):
+                todo += part.values
+            elif isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
+                todo.append(part.operand)
+            else:
+                parts.append(part)
+        for n in parts:
             if isinstance(n, ast.Call):
                 head = dotted(n.func).split(".")[0]
                 if last(n) in BUILTINS | CARRY_RANK | {"any", "all", "hasattr", "getattr", "str", "bool"} \

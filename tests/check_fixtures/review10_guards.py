@@ -3,7 +3,8 @@ tests/test_check_ddp.py). Notes: a save under a call of an installed package tha
 rank 0 (`if should_write(args):`), under a flag of an object made out of sight (`if
 keeper.enabled:`), under `self.writes` set only from a value out of sight. Errors, where the
 code in view shows the pitfall: a save under a test of the epoch, or of an option of the
-file's own parser, runs on every rank; float16 autocast in a step whose loss goes to
+file's own parser, or a number out of sight compared (`epoch % settings.SAVE_EVERY == 0`),
+runs on every rank; float16 autocast in a step whose loss goes to
 backward(). Quiet: float16 autocast in a validate() that calls .eval() and runs no backward.
 Written for the tests; never run: it only has to parse."""
 
@@ -12,7 +13,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from keeping import Keeper, should_write
+from keeping import Keeper, settings, should_write
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -61,5 +62,7 @@ def main():
             torch.save(loop.net.module.state_dict(), "c.pt")  # expect: DDP040
         if args.save_last:
             torch.save(loop.net.module.state_dict(), "d.pt")  # expect: DDP040
+        if epoch % settings.SAVE_EVERY == 0:  # a number compared, not a flag: read
+            torch.save(loop.net.module.state_dict(), "e.pt")  # expect: DDP040
     loop.snapshot()
     print(loop.validate([torch.randn(4, 8).cuda()]))
