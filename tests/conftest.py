@@ -416,6 +416,23 @@ def built_site(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def where_am_i_with_a_site_file(tmp_path_factory) -> tuple[Path, Result]:
+    """where_am_i.py at 2 ranks as a PBS job script starts it (pbs_common.sh's launch_torchrun,
+    a node file of one node) with a site file (SITE_ENV) that exports NCCL_SOCKET_IFNAME==lo
+    and FI_PROVIDER=tcp: the site file and the run. test_job_binding checks that the site file
+    reached every rank, test_diagnostics what where_am_i.py reports of each rank: one launch."""
+    folder = tmp_path_factory.mktemp("site_file")
+    site = folder / "site_env.sh"
+    site.write_text('MODULES="${MODULES:-}"\nexport NCCL_SOCKET_IFNAME==lo FI_PROVIDER=tcp\n')
+    (folder / "nodes").write_text("localhost\n")
+    env = clean_env(PBS_NODEFILE=str(folder / "nodes"), PBS_JOBID="31.pbs", SITE_ENV=str(site),
+                    NPROC_PER_NODE="2", HOME=str(folder))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return site, run(["bash", "-c", "source scripts/pbs_common.sh && "
+                      "launch_torchrun scripts/13_multinode_and_hpc/where_am_i.py"], env=env, timeout=120)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends the order to the controller
 def pytest_collection_finish(session):
     """The GPU lane's long cases first (longest_first; after -m and -k have deselected, so
