@@ -8,7 +8,6 @@ import os
 import re
 
 import pytest
-from conftest import VENV_BIN, clean_env, run, script
 
 from utils.diagnostics import cpu_list, nccl_interface_summary, nccl_socket_interfaces, network_variables
 
@@ -56,14 +55,12 @@ def test_network_variables_are_the_ones_that_steer_communication():
                                       "TORCH_NCCL_BLOCKING_WAIT=1"]
 
 
-def test_where_am_i_reports_what_each_rank_was_given():
+def test_where_am_i_reports_what_each_rank_was_given(where_am_i_with_a_site_file):
     """Two ranks under torchrun: each rank's block, in rank order, with its CPUs (as
-    os.sched_getaffinity says), the interface NCCL_SOCKET_IFNAME selects, and the variables."""
-    env = clean_env(NCCL_SOCKET_IFNAME="=lo", FI_PROVIDER="tcp")
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    cmd = [VENV_BIN / "torchrun", "--standalone", "--nproc_per_node=2",
-           script("13_multinode_and_hpc/where_am_i.py")]
-    result = run(cmd, env=env, timeout=120)
+    os.sched_getaffinity says), the interface NCCL_SOCKET_IFNAME selects, and the variables.
+    The run: a PBS job's launch_torchrun whose site file exports NCCL_SOCKET_IFNAME==lo and
+    FI_PROVIDER=tcp (conftest.where_am_i_with_a_site_file, test_job_binding's too)."""
+    _, result = where_am_i_with_a_site_file
     assert result.clean_summary()["world_size"] == "2"
     blocks = re.findall(r"^rank (\d)/2 .*\n    CUDA_VISIBLE_DEVICES=(\S+)  gpu (.+)\n"
                         r"    cpus (\S+) .*  nccl_interface (.+)\n    variables (.+)$",

@@ -131,17 +131,11 @@ def test_srun_steps_get_the_jobs_cpus_per_task(fake_node):
 
 
 # ---- scripts/site_env.sh: the site's settings, sourced by every job script when present
-def test_site_file_reaches_every_rank(tmp_path):
+def test_site_file_reaches_every_rank(where_am_i_with_a_site_file):
     """A site file (SITE_ENV) that sets a module list and NCCL/libfabric variables: the
-    job says it read it, and where_am_i.py's ranks see the variables."""
-    site = tmp_path / "site_env.sh"
-    site.write_text('MODULES="${MODULES:-}"\nexport NCCL_SOCKET_IFNAME==lo FI_PROVIDER=tcp\n')
-    (tmp_path / "nodes").write_text("localhost\n")
-    env = clean_env(PBS_NODEFILE=str(tmp_path / "nodes"), PBS_JOBID="31.pbs", SITE_ENV=str(site),
-                    NPROC_PER_NODE="2", HOME=str(tmp_path))
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    result = run(["bash", "-c", "source scripts/pbs_common.sh && "
-                  "launch_torchrun scripts/13_multinode_and_hpc/where_am_i.py"], env=env, timeout=120)
+    job says it read it, and where_am_i.py's ranks see the variables (the run:
+    conftest.where_am_i_with_a_site_file, which test_diagnostics reads too)."""
+    site, result = where_am_i_with_a_site_file
     assert result.returncode == 0, result.output
     assert f"site settings: {site}" in result.output
     assert result.count("variables FI_PROVIDER=tcp NCCL_SOCKET_IFNAME==lo") == 2, result.output
