@@ -63,7 +63,8 @@ def compile_inner():
 
 @pytest.fixture(scope="module")
 def cache():
-    """torchrun, 2 ranks, --last-batch drop, twice into a fresh inductor cache: cold, then warm."""
+    """One process, --last-batch drop, twice into a fresh inductor cache: cold, then warm (one
+    process compiles what each rank of a job compiles, at a third of a 2-rank launch's CPU)."""
     result = captured_run("15_cache.txt")
     assert result.returncode == 0, result.output
     runs = re.split(r"^(?=inductor cache: )", result.output, flags=re.M)[1:]
@@ -190,7 +191,7 @@ def test_smaller_last_batch_recompiles_and_mark_dynamic_or_drop_last_do_not(bad,
     _, cold, warm = cache
     assert cold["last_batch"] == warm["last_batch"] == "drop"
     assert cold["recompiles"] == warm["recompiles"] == "0"
-    assert cold["steps"] == "6"  # 3 batches of 32 per rank and epoch; the 4th (4 samples) dropped
+    assert cold["steps"] == "12"  # 6 batches of 32 per epoch; the 7th (8 samples) dropped
     assert "recompiled" not in good[0].output + cache[0].output
 
 
