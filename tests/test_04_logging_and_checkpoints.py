@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import shutil
 import stat
 import struct
 from pathlib import Path
@@ -74,10 +75,25 @@ def epoch_lines(output: str, epoch: int, epochs: int = EPOCHS) -> list[str]:
 
 
 # Runs that several tests read (each launch costs seconds on a loaded 2-core machine).
+STOPPED = 2  # the epoch after which good_2 stops
+
+
+@pytest.fixture(scope="module")
+def straight():
+    """The page's uninterrupted run (04_good: torchrun, 2 ranks, 4 epochs): its output and summary."""
+    result = captured_run("04_good.txt")
+    assert result.returncode == 0, result.output
+    return result, result.summary()
+
+
 @pytest.fixture(scope="module")
 def good_2(tmp_path_factory):
+    """The good variant at 2 ranks under torchrun, its writes observed: --resume in a fresh
+    directory (it starts from scratch, as a job that may be restarted would) and stopped
+    after epoch 2; test_resume_under_mpiexec_matches_torchrun resumes its checkpoint under MPICH."""
     path, env = observed(tmp_path_factory, "good_2")
-    return (*train(lambda *a: torchrun(2, *a, env=env), path), path)
+    return (*train(lambda *a: torchrun(2, *a, env=env), path, "--resume", "--stop-after-epoch", str(STOPPED)),
+            path)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +130,8 @@ def test_bad_every_rank_logs_every_line(bad_3):
     assert result.count("summary:") == 1  # the summary is rank 0's, in both variants
 
 
-def test_good_only_rank_0_logs(good_2):
-    result, summary, _ = good_2
+def test_good_only_rank_0_logs(straight):
+    result, _ = straight
     for epoch in range(1, EPOCHS + 1):
         assert epoch_lines(result.output, epoch) == [epoch_lines(result.output, epoch)[0]]
         assert not epoch_lines(result.output, epoch)[0].startswith("[rank")
@@ -158,13 +174,13 @@ def test_bad_saves_module_keys_and_a_plain_model_cannot_load_them(bad_3):
 
 def test_good_saves_clean_keys_once_atomically(good_2):
     result, summary, path = good_2
-    assert writes(path, 2) == [EPOCHS, 0]  # rank 0 alone wrote
+    assert writes(path, 2) == [STOPPED, 0]  # rank 0 alone wrote, once per epoch
     assert summary["plain_load"] == "ok"
     assert "its outputs equal the trained model's" in result.output
     assert sorted(p.name for p in path.iterdir()) == ["checkpoint_good.pt"]  # no temp file left
     saved = torch.load(path / "checkpoint_good.pt", map_location="cpu", weights_only=True)
     plain_model().load_state_dict(saved["model"])  # clean keys: loads as it is
-    assert saved["epoch"] == EPOCHS and saved["world_size"] == 2
+    assert saved["epoch"] == STOPPED and saved["world_size"] == 2
     assert len(saved["rng"]) == 2 and not torch.equal(saved["rng"][0]["torch"], saved["rng"][1]["torch"])
 
 
@@ -225,10 +241,10 @@ def summaries(output: str) -> list[dict[str, str]]:
     return [parse_summary(line) for line in output.splitlines() if line.startswith("summary:")]
 
 
-def test_good_resume_reproduces_the_uninterrupted_run(good_2):
+def test_good_resume_reproduces_the_uninterrupted_run(straight):
     """The page's run (04_resume_good): stopped after epoch 2 by one torchrun, resumed by
-    the next; against the uninterrupted run."""
-    _, straight, _ = good_2
+    the next; against the uninterrupted run (04_good)."""
+    _, straight = straight
     result = captured_run("04_resume_good.txt")
     assert result.returncode == 0, result.output
     first, resumed = summaries(result.output)
@@ -284,12 +300,12 @@ def test_generator_states_hold_the_gpus_generator_on_a_gpu(monkeypatch):
     assert fingerprint_states([generator_states(torch.device("cpu"))]) != cpu_print
 
 
-def test_bad_resume_does_not(good_2):
+def test_bad_resume_does_not(straight):
     """The bad resume restores weights, optimizer and epoch but no RNG state: epoch 3 starts
     with the RNG state epoch 1 started with (the script's seed), so its dropout masks are
     epoch 1's, and the losses depart from the uninterrupted run's (the page's run,
     04_resume_bad, against the good variant's uninterrupted run: the variants train alike)."""
-    _, straight, _ = good_2
+    _, straight = straight
     result = captured_run("04_resume_bad.txt")
     assert result.returncode == 0, result.output
     first, resumed = summaries(result.output)
@@ -305,15 +321,18 @@ def test_bad_resume_does_not(good_2):
     assert losses(resumed)[0] != losses(straight)[2]
 
 
-def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2):
-    """Stopped and resumed under MPICH: the same losses as the uninterrupted torchrun run.
-    --resume on every launch, as a job that may be restarted would: the first starts fresh."""
-    _, straight, _ = good_2
-    result, first = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--resume", "--stop-after-epoch", "2")
+def test_resume_under_mpiexec_matches_torchrun(tmp_path, good_2, straight):
+    """Stopped under torchrun, resumed under MPICH: the same losses as the uninterrupted
+    torchrun run. --resume on every launch, as a job that may be restarted would: the first
+    starts fresh. (The first half is good_2, its checkpoint copied: one launch fewer.)"""
+    _, straight = straight
+    result, first, path = good_2
     assert "no checkpoint_good.pt in the checkpoint directory yet" in result.output
-    assert first["start_epoch"] == "0" and first["epochs_done"] == "2"
+    assert first["start_epoch"] == "0" and first["epochs_done"] == str(STOPPED)
+    shutil.copy(path / "checkpoint_good.pt", tmp_path / "checkpoint_good.pt")
     _, resumed = train(lambda *a: mpiexec("mpich", 2, *a), tmp_path, "--resume")
-    assert first["launcher"] == "mpich" and resumed["start_epoch"] == "2"
+    assert first["launcher"] == "torchrun" and resumed["launcher"] == "mpich"
+    assert resumed["start_epoch"] == str(STOPPED) and resumed["epochs_done"] == str(EPOCHS)
     assert rng_states(first) + rng_states(resumed) == rng_states(straight)
     assert losses(first) + losses(resumed) == losses(straight)
 
