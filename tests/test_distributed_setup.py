@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import REPO, clean_env, output_or_fail, python, script
+from conftest import REPO, clean_env, output_or_fail, python, run_as_main, script
 
 from utils.distributed import (
     DistributedSetupError,
@@ -196,7 +196,7 @@ def test_port_already_in_use():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has GPUs: nccl works")
 def test_nccl_without_gpus_says_what_to_use():
-    result = python(BASIC, "--backend", "nccl")
+    result = run_as_main(script(BASIC), "--backend", "nccl", env=clean_env())  # in this process: no GPU here
     assert_clear_error(result, "use --backend gloo")
 
 

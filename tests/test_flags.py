@@ -391,9 +391,10 @@ BASIC = "01_data_parallel_ddp/multinode_ddp_basic.py"
 
 @pytest.mark.quick
 def test_a_bad_value_exits_2_with_the_usage_line_and_no_traceback():
-    from conftest import python
+    """(Run in this process, as the walk runs every case: conftest.run_as_main.)"""
+    from conftest import clean_env, run_as_main, script
 
-    result = python(BASIC, "--batch-size", "0", timeout=60)
+    result = run_as_main(script(BASIC), "--batch-size", "0", env=clean_env())
     assert result.returncode == 2, result.output
     assert result.output.startswith("usage: multinode_ddp_basic.py"), result.output
     assert ("multinode_ddp_basic.py: error: argument --batch-size: 0 is out of range: give a whole "
