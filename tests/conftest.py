@@ -126,14 +126,23 @@ def log_launch(command: str, seconds: float, cpu_seconds: float | None = None) -
 
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
         cwd: Path = REPO) -> Result:
-    """Run cmd to completion, or kill its whole process group after `timeout` seconds."""
+    """Run cmd to completion, or kill its whole process group after `timeout` seconds.
+    `python SCRIPT ...` and `torchrun ...` (its agent; the ranks it starts are Pythons of their
+    own) are forked from a Python that has imported torch already (tests/preloaded_python.py:
+    about 1.8 CPU-s less a process) where the environment allows it (_preloaded_serves)."""
     import time
 
     from captured_outputs import CpuPopen
 
+    env = env or clean_env()
+    program = str(cmd[0])
+    if _preloaded_serves(env) and (program == str(VENV_BIN / "torchrun") or (
+            program == sys.executable and len(cmd) > 1 and str(cmd[1]).endswith(".py"))):
+        path, args = (cmd[0], cmd[1:]) if program != sys.executable else (cmd[1], cmd[2:])
+        return _preloaded_run(Path(path), [str(a) for a in args], env, timeout, cwd, command=cmd)
     start = time.monotonic()
     proc = CpuPopen(
-        [str(c) for c in cmd], cwd=cwd, env=env or clean_env(), stdout=subprocess.PIPE,
+        [str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     output = output_or_fail(proc, timeout, " ".join(map(str, cmd)))
@@ -194,12 +203,8 @@ def script_help(path: str) -> Result:
 
 
 def python(path: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Result:
-    """`python script.py ...`: one process, no launcher. Forked from a Python that has imported
-    torch already (tests/preloaded_python.py: about 1.8 CPU-s less a launch) where the
-    environment allows it; launched for real otherwise."""
-    env = env or clean_env()
-    if _preloaded_serves(env):
-        return _preloaded_run(script(path), [str(a) for a in args], env, timeout)
+    """`python script.py ...`: one process, no launcher (run(): forked from a preloaded Python
+    where the environment allows it)."""
     return run([sys.executable, script(path), *args], env=env, timeout=timeout)
 
 
@@ -247,17 +252,18 @@ def _preloaded_answer(server: subprocess.Popen, timeout: float | None) -> dict |
     return json.loads(line)
 
 
-def _preloaded_run(path: Path, args: list[str], env: dict[str, str], timeout: float) -> Result:
+def _preloaded_run(path: Path, args: list[str], env: dict[str, str], timeout: float, cwd: Path = REPO,
+                   command: list | None = None) -> Result:
     """`python PATH ARGS` as a child of the preloaded Python; a hang past `timeout` kills the
-    child's group and fails the test with what it printed, as run() does."""
+    child's tree and fails the test with what it printed, as run() does."""
     import tempfile
     import time
 
-    command = " ".join(map(str, [sys.executable, path, *args]))
+    command = " ".join(map(str, command or [sys.executable, path, *args]))
     with _PRELOADED_LOCK, tempfile.NamedTemporaryFile("r", suffix=".out") as out:
         server = _preloaded_server()
         start = time.monotonic()
-        server.stdin.write((json.dumps({"script": str(path), "args": args, "env": env, "cwd": str(REPO),
+        server.stdin.write((json.dumps({"script": str(path), "args": args, "env": env, "cwd": str(cwd),
                                         "output": out.name}) + "\n").encode())
         pid = _preloaded_answer(server, None)["pid"]
         done = _preloaded_answer(server, timeout)
