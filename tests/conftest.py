@@ -136,7 +136,8 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 1
 
     env = env or clean_env()
     program = str(cmd[0])
-    if _preloaded_serves(env) and (program == str(VENV_BIN / "torchrun") or (
+    agent = program == str(VENV_BIN / "torchrun")
+    if _preloaded_serves(env, agent) and (agent or (
             program == sys.executable and len(cmd) > 1 and str(cmd[1]).endswith(".py"))):
         path, args = (cmd[0], cmd[1:]) if program != sys.executable else (cmd[1], cmd[2:])
         return _preloaded_run(Path(path), [str(a) for a in args], env, timeout, cwd, command=cmd)
@@ -213,15 +214,22 @@ _PRELOADED: dict[str, object] = {}  # "proc": the server, "env": the environment
 _PRELOADED_LOCK = threading.Lock()
 
 
-def _preloaded_serves(env: dict[str, str]) -> bool:
+# What torchrun's agent passes on to the ranks it starts, and reads nothing of itself: a
+# sitecustomize folder on PYTHONPATH (tests/observe, fake GPUs) and what it reads.
+AGENT_PASSES_ON = re.compile(r"^(PYTHONPATH|OBSERVE_WRITES_.*)$")
+
+
+def _preloaded_serves(env: dict[str, str], agent: bool = False) -> bool:
     """True where the run's environment differs from clean_env() only in launcher variables
-    (read when a process group starts, never by `import torch`): the preloaded Python's
-    children run it. PRELOADED_PYTHON=0 launches every run for real."""
+    (read when a process group starts, never by `import torch`), and for torchrun's `agent`
+    in what it passes on to its ranks (AGENT_PASSES_ON): the preloaded Python's children run
+    it. PRELOADED_PYTHON=0 launches every run for real."""
     if os.environ.get("PRELOADED_PYTHON", "1") == "0":
         return False
     base = clean_env()
     names = set(env) | set(base)
-    return all(env.get(name) == base.get(name) for name in names if not LAUNCHER_VARS.match(name))
+    return all(env.get(name) == base.get(name) for name in names
+               if not LAUNCHER_VARS.match(name) and not (agent and AGENT_PASSES_ON.match(name)))
 
 
 def _preloaded_server() -> subprocess.Popen:
