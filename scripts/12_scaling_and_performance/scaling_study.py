@@ -49,10 +49,10 @@ def parse_args():
                         default=[32, 64, 128, 256] if gpus else [4, 8, 16],
                         help="per-rank batches of the sweep; each splits evenly over every N of --ranks "
                              "(default: %(default)s)")
-    parser.add_argument("--steps", "--steps-per-epoch", dest="steps", type=positive_int, default=3,
-                        help="timed steps per batch and run (default: %(default)s)")
+    parser.add_argument("--steps", "--steps-per-epoch", dest="steps", type=positive_int, default=2,
+                        help="timed steps per batch, run and turn (default: %(default)s)")
     parser.add_argument("--warm-up", type=non_negative_int, default=1,
-                        help="steps before those, left out (default: %(default)s)")
+                        help="steps before those in a batch's first turn, left out (default: %(default)s)")
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="intra-op threads per process on a CPU (default: the cores over the largest N)")
     parser.add_argument("--plot", type=output_file, default=None, metavar="PNG", help="write the plots here")
@@ -82,7 +82,7 @@ def measure(args) -> None:
     already on the device. Alone: one process. Under DDP, per batch, in turns so that both
     see the same load: every rank trains its own plain copy at the same time, with no
     communication (the ceiling: N copies side by side), then the DDP model; the faster of
-    two turns each, the mean over the ranks."""
+    two turns each (the first one after the warm-up steps), the mean over the ranks."""
     import copy
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -104,9 +104,10 @@ def measure(args) -> None:
         images = torch.randn(batch, 3, 32, 32, device=device)
         labels = torch.randint(0, 10, (batch,), device=device)
         best = dict.fromkeys(runs, float("inf"))
-        for _ in range(2 if ctx else 1):
+        for turn in range(2 if ctx else 1):
             for name, (net, optimizer) in runs.items():
-                seconds = train_step_seconds(net, optimizer, images, labels, args.steps, args.warm_up)
+                warm_up = args.warm_up if turn == 0 else 0  # the second turn is warm already
+                seconds = train_step_seconds(net, optimizer, images, labels, args.steps, warm_up)
                 if ctx:
                     seconds_t = torch.tensor([seconds], dtype=torch.float64, device=device)
                     torch.distributed.all_reduce(seconds_t)
@@ -242,7 +243,7 @@ def main() -> None:
     grads = gradient_bytes(resnet18_cifar())
     print(f"scaling study: DDP on {','.join(map(str, args.ranks))} ranks against one process and copies "
           f"side by side; per-rank batches {','.join(map(str, args.batch_size))}; {args.steps} timed "
-          f"steps after {args.warm_up} warm-up; on {'GPUs' if on_gpu else 'CPU cores'}, {threads} "
+          f"steps per turn after {args.warm_up} warm-up; on {'GPUs' if on_gpu else 'CPU cores'}, {threads} "
           f"thread(s) per process; the target: DDP at {TARGET:.2f} of the ceiling", flush=True)
     print(f"ResNet-18: {grads // 4} parameters, {grads} bytes ({grads / 1e6:.1f} MB) of fp32 gradients "
           "all-reduced every step, whatever the batch", flush=True)
