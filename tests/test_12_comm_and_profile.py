@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import REPO, captured_run, clean_env, python
+from conftest import REPO, captured_run, clean_env, run_as_main
 
 FOLDER = "12_scaling_and_performance"
 DP = f"{FOLDER}/dataparallel_vs_ddp.py"
@@ -92,7 +92,8 @@ def test_dataparallel_on_a_cpu_says_what_it_needs_and_prints_no_number():
     assert result.summary() == {"gpus": "0", "dataparallel": "not_run", "ddp": "not_run"}
     assert not re.search(r"\d\s*samples/s", result.output), result.output  # no number it did not measure
     # Started by a launcher as several processes: a clear message, not a half-run comparison.
-    launched = python(DP, env=clean_env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0"))
+    # refused before any process group: run in this process (run_as_main)
+    launched = run_as_main(REPO / "scripts" / DP, env=clean_env(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0"))
     assert launched.returncode != 0
     assert "run it as one process" in launched.output and "Traceback" not in launched.output
 

@@ -10,7 +10,7 @@ import socket
 import struct
 
 import pytest
-from conftest import REPO, captured_run, mpiexec, python
+from conftest import REPO, captured_run, clean_env, mpiexec, run_as_main
 
 DDP = "12_scaling_and_performance/train_ddp.py"
 SINGLE = "12_scaling_and_performance/train_single.py"
@@ -95,7 +95,9 @@ def test_one_process_and_two_ranks_reach_the_same_held_out_accuracy():
 
 def test_warm_up_that_takes_every_step_is_a_usage_error_not_a_crash():
     """Issue 23: 2 steps, 2 warm-up steps: no ZeroDivisionError, a message that says what to do."""
-    result = python(SINGLE, "--data", "fake", "--fake-size", "16", "--batch-size", "8", "--epochs", "1")
+    # one process, stopped before its first step: run in this process (run_as_main)
+    result = run_as_main(REPO / "scripts" / SINGLE, "--data", "fake", "--fake-size", "16",
+                         "--batch-size", "8", "--epochs", "1", env=clean_env())
     assert result.returncode == 2, result.output
     assert "--warm-up 2 leaves them all out of the timings" in result.output
     assert "Traceback" not in result.output

@@ -17,7 +17,7 @@ import re
 
 import pytest
 import torch
-from conftest import captured_run, mpiexec, parse_summary
+from conftest import REPO, captured_run, clean_env, mpiexec, parse_summary, run_as_main
 
 SCRIPT = "15_torch_compile_ddp/compile_ddp.py"
 KEYS = ["layers.0.weight", "layers.0.bias", "layers.2.weight", "layers.2.bias", "layers.4.weight",
@@ -168,9 +168,8 @@ def test_graph_breaks_are_in_ddps_forward_not_in_the_model(bad, good):
 
 
 def test_bucket_cap_below_the_first_bucket_is_refused_with_advice():
-    from conftest import python
-
-    result = python(SCRIPT, "--bucket-cap-mb", "0.5", timeout=60)
+    # refused in parse_args(), before any process group: run in this process (run_as_main)
+    result = run_as_main(REPO / "scripts" / SCRIPT, "--bucket-cap-mb", "0.5", env=clean_env())
     assert result.returncode == 2
     assert "--bucket-cap-mb 0.5 is below DDPOptimizer's first bucket (1 MiB)" in result.output
     assert "set --bucket-cap-mb 1 or more, or --optimize-ddp off" in result.output

@@ -7,7 +7,18 @@ import shutil
 
 import pytest
 import torch
-from conftest import REPO, VENV_BIN, captured_run, mpiexec, parse_summary, python, run, script_help
+from conftest import (
+    REPO,
+    VENV_BIN,
+    captured_run,
+    clean_env,
+    mpiexec,
+    parse_summary,
+    python,
+    run,
+    run_as_main,
+    script_help,
+)
 
 from utils.fsdp import BlockModel
 
@@ -235,7 +246,9 @@ def test_dcp_checkpoint_loads_offline_into_a_plain_model(saved_at_1, tmp_path):
 
 
 def test_bad_input_gets_a_clear_message(tmp_path):
-    result = python(CHECKPOINT, "--checkpoint-dir", str(tmp_path), "--resume-from", str(tmp_path))
+    # refused in parse_args(), before any process group: run in this process (run_as_main)
+    result = run_as_main(REPO / "scripts" / CHECKPOINT, "--checkpoint-dir", tmp_path,
+                         "--resume-from", tmp_path, env=clean_env())
     assert result.returncode == 1
     assert f"--resume-from {tmp_path}: not a DCP checkpoint (no .metadata file in it)" in result.output
     assert "Traceback" not in result.output
