@@ -28,7 +28,6 @@ import fnmatch
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -345,18 +344,13 @@ def verdict(case: dict) -> str | None:
 
 
 def run_walk(root: Path = REPO, names: list[str] | None = None, timeout: float = 600) -> list[dict]:
-    """The walk in a fresh Python process (so that nothing a script does stays in pytest's)."""
-    from captured_outputs import CpuPopen
-    from conftest import log_launch
+    """The walk in a process of its own (so that nothing a script does stays in pytest's):
+    conftest.run, which forks it from the preloaded Python. Its cases are the JSON lines."""
+    from conftest import run
 
-    cmd = [sys.executable, __file__, "--walk", str(root), *(names or [])]
-    start = time.monotonic()
-    with CpuPopen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                  stdin=subprocess.DEVNULL) as proc:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    log_launch(" ".join(cmd), time.monotonic() - start, proc.cpu_seconds)
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"the walk failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    walk = run([sys.executable, __file__, "--walk", str(root), *(names or [])], timeout=timeout, cwd=root)
+    lines = [line for line in walk.output.splitlines() if line.startswith('{"script": ')]
+    assert walk.returncode == 0 and lines, f"the walk failed:\n{walk.output[-6000:]}"
     return [json.loads(line) for line in lines]
 
 
