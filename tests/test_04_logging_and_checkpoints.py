@@ -97,11 +97,11 @@ def good_2(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bad_3(tmp_path_factory):
-    """bad at 3 ranks: a copy of each line and a write per rank shows at any world size (one
-    launch where 2 and 3 ranks took two)."""
-    path, env = observed(tmp_path_factory, "bad_3")
-    return (*train(lambda *a: torchrun(3, *a, env=env), path, "--variant", "bad"), path)
+def bad_2(tmp_path_factory):
+    """bad at 2 ranks, its writes observed: a copy of each line and a write per rank (2 ranks
+    show it as 3 do, with a rank's 3.6 CPU-s fewer; the page's run, 04_bad, is at 2 too)."""
+    path, env = observed(tmp_path_factory, "bad_2")
+    return (*train(lambda *a: torchrun(2, *a, env=env), path, "--variant", "bad"), path)
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +120,13 @@ def test_single_process_logs_saves_and_loads(single_good):
     assert all(len(epoch_lines(result.output, e)) == 1 for e in range(1, EPOCHS + 1))
 
 
-def test_bad_every_rank_logs_every_line(bad_3):
-    result, summary, _ = bad_3
-    assert summary["world_size"] == "3", summary
+def test_bad_every_rank_logs_every_line(bad_2):
+    result, summary, _ = bad_2
+    assert summary["world_size"] == "2", summary
     for epoch in range(1, EPOCHS + 1):
         lines = sorted(epoch_lines(result.output, epoch))
-        assert [ln.split("]")[0] for ln in lines] == ["[rank 0", "[rank 1", "[rank 2"], result.output
-    assert result.count("] saved checkpoint_bad.pt after epoch") == 3 * EPOCHS
+        assert [ln.split("]")[0] for ln in lines] == ["[rank 0", "[rank 1"], result.output
+    assert result.count("] saved checkpoint_bad.pt after epoch") == 2 * EPOCHS
     assert result.count("summary:") == 1  # the summary is rank 0's, in both variants
 
 
@@ -157,9 +157,9 @@ def test_logger_filters_by_rank_and_prefixes_on_request(monkeypatch):
 
 
 # --------------------------------------------------------------------------- checkpoints
-def test_bad_saves_module_keys_and_a_plain_model_cannot_load_them(bad_3):
-    result, summary, path = bad_3
-    assert writes(path, 3, "bad") == [EPOCHS] * 3  # every rank wrote the one file
+def test_bad_saves_module_keys_and_a_plain_model_cannot_load_them(bad_2):
+    result, summary, path = bad_2
+    assert writes(path, 2, "bad") == [EPOCHS] * 2  # every rank wrote the one file
     assert summary["plain_load"] == "failed"
     # PyTorch's own message, as the script printed it ...
     assert 'Missing key(s) in state_dict: "0.weight", "0.bias", "3.weight", "3.bias".' in result.output
