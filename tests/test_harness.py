@@ -24,6 +24,51 @@ def test_a_timed_out_run_kills_descendants_in_sessions_of_their_own():
         time.sleep(0.1)
 
 
+PRELOADED_SCRIPT = """\
+import os, subprocess, sys, time
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "rank", os.environ.get("RANK"), "path0", sys.path[0])
+if sys.argv[1] == "hang":  # a worker in a session of its own, as torchrun starts its ranks
+    print("worker pid", subprocess.Popen(["setsid", "sleep", "300"]).pid, flush=True)
+    time.sleep(300)
+if sys.argv[1] == "raise":
+    raise ValueError("a bug in the script")
+sys.exit(sys.argv[1] == "fail" and "said what to do")
+"""
+
+
+def test_a_preloaded_python_runs_the_script_as_python_does(tmp_path):
+    """`python SCRIPT` forked from the preloaded Python (conftest.run): its argv, folder,
+    environment (a launcher variable) and sys.path[0]; exit 0, a message and exit 1, a
+    traceback from the script's own frames and exit 1; a hang fails at the timeout and leaves
+    no descendant behind. An environment import torch may read (PYTHONPATH) runs for real."""
+    from conftest import _PRELOADED, clean_env
+
+    path = tmp_path / "script.py"
+    path.write_text(PRELOADED_SCRIPT)
+    ok = run([sys.executable, path, "ok"], env=clean_env(RANK="3"), cwd=tmp_path)
+    assert ok.returncode == 0 and ok.output == f"argv ['ok'] cwd {tmp_path} rank 3 path0 {tmp_path}\n"
+    server = _PRELOADED["proc"].pid
+    assert server in [p.pid for p in psutil.Process().children()], "not forked from the preloaded Python"
+    failed = run([sys.executable, path, "fail"], cwd=tmp_path)
+    assert failed.returncode == 1 and failed.output.endswith("said what to do\n"), failed.output
+    raised = run([sys.executable, path, "raise"], cwd=tmp_path)
+    assert raised.returncode == 1, raised.output
+    assert raised.output.splitlines()[1:] == ["Traceback (most recent call last):",
+                                              f'  File "{path}", line 7, in <module>',
+                                              '    raise ValueError("a bug in the script")',
+                                              "ValueError: a bug in the script"], raised.output
+    with pytest.raises(pytest.fail.Exception, match="timed out after 2 s") as failure:
+        run([sys.executable, path, "hang"], cwd=tmp_path, timeout=2)
+    worker = int(re.search(r"worker pid (\d+)", str(failure.value)).group(1))
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"worker {worker} outlived the timed-out run"
+        time.sleep(0.1)
+    real = run([sys.executable, path, "ok"], env=clean_env(PYTHONPATH=str(tmp_path)), cwd=tmp_path)
+    assert real.returncode == 0 and _PRELOADED["proc"].pid == server
+    assert ok.output.replace("rank 3", "rank None") == real.output
+
+
 # --------------------------------------------------------------------------- make test-gpu
 class _Item:
     """What conftest.longest_first reads of a test item."""
