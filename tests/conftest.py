@@ -505,21 +505,30 @@ def built_site(tmp_path_factory) -> Path:
     return out
 
 
+PBS_TORCHRUN_JOB = REPO / "scripts" / "13_multinode_and_hpc" / "pbs_torchrun.sh"
+
+
 @pytest.fixture(scope="session")
-def where_am_i_with_a_site_file(tmp_path_factory) -> tuple[Path, Result]:
-    """where_am_i.py at 2 ranks as a PBS job script starts it (pbs_common.sh's launch_torchrun,
-    a node file of one node) with a site file (SITE_ENV) that exports NCCL_SOCKET_IFNAME==lo
-    and FI_PROVIDER=tcp: the site file and the run. test_job_binding checks that the site file
-    reached every rank, test_diagnostics what where_am_i.py reports of each rank: one launch."""
-    folder = tmp_path_factory.mktemp("site_file")
+def pbs_torchrun_job(tmp_path_factory) -> tuple[Path, Result, Result]:
+    """Chapter 13's PBS job script under bash, as PBS Pro would run it (a node file that lists
+    this machine once per CPU, a job id, the submit folder, HOME elsewhere), with a site file
+    (SITE_ENV) that exports NCCL_SOCKET_IFNAME==lo and FI_PROVIDER=tcp. Its first launch is
+    where_am_i.py at 2 ranks (pbs_common.sh's launch_torchrun), its second chapter 01's
+    training. Returns the site file, the job's run and its where_am_i.py part: test_pbs_scripts
+    checks the job, test_job_binding that the site file reached every rank, test_diagnostics
+    what where_am_i.py reports of each rank (one job, where there were three launches)."""
+    folder = tmp_path_factory.mktemp("pbs_job")
     site = folder / "site_env.sh"
     site.write_text('MODULES="${MODULES:-}"\nexport NCCL_SOCKET_IFNAME==lo FI_PROVIDER=tcp\n')
-    (folder / "nodes").write_text("localhost\n")
-    env = clean_env(PBS_NODEFILE=str(folder / "nodes"), PBS_JOBID="31.pbs", SITE_ENV=str(site),
-                    NPROC_PER_NODE="2", HOME=str(folder))
+    (folder / "nodefile").write_text("localhost\nlocalhost\n")  # PBS: once per requested CPU
+    env = clean_env(PBS_NODEFILE=str(folder / "nodefile"), PBS_JOBID="4242.pbs01", PBS_O_WORKDIR=str(REPO),
+                    HOME=str(folder), VENV=str(Path(sys.executable).parents[1]), SITE_ENV=str(site))
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    return site, run(["bash", "-c", "source scripts/pbs_common.sh && "
-                      "launch_torchrun scripts/13_multinode_and_hpc/where_am_i.py"], env=env, timeout=120)
+    job = run(["bash", PBS_TORCHRUN_JOB], env=env, cwd=folder, timeout=400)
+    where, _, _ = job.output.partition("+ torchrun --standalone --nproc_per_node=2 "
+                                       "scripts/01_data_parallel_ddp/multinode_ddp_basic.py")
+    assert "where_am_i.py" in where and where != job.output, job.output
+    return site, job, Result(job.returncode, where, job.seconds)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends the order to the controller
