@@ -55,12 +55,12 @@ def test_network_variables_are_the_ones_that_steer_communication():
                                       "TORCH_NCCL_BLOCKING_WAIT=1"]
 
 
-def test_where_am_i_reports_what_each_rank_was_given(where_am_i_with_a_site_file):
+def test_where_am_i_reports_what_each_rank_was_given(pbs_torchrun_job):
     """Two ranks under torchrun: each rank's block, in rank order, with its CPUs (as
     os.sched_getaffinity says), the interface NCCL_SOCKET_IFNAME selects, and the variables.
-    The run: a PBS job's launch_torchrun whose site file exports NCCL_SOCKET_IFNAME==lo and
-    FI_PROVIDER=tcp (conftest.where_am_i_with_a_site_file, test_job_binding's too)."""
-    _, result = where_am_i_with_a_site_file
+    The run: the first launch of chapter 13's PBS job, whose site file exports
+    NCCL_SOCKET_IFNAME==lo and FI_PROVIDER=tcp (conftest.pbs_torchrun_job)."""
+    _, _, result = pbs_torchrun_job
     assert result.clean_summary()["world_size"] == "2"
     blocks = re.findall(r"^rank (\d)/2 .*\n    CUDA_VISIBLE_DEVICES=(\S+)  gpu (.+)\n"
                         r"    cpus (\S+) .*  nccl_interface (.+)\n    variables (.+)$",

@@ -131,11 +131,12 @@ def test_srun_steps_get_the_jobs_cpus_per_task(fake_node):
 
 
 # ---- scripts/site_env.sh: the site's settings, sourced by every job script when present
-def test_site_file_reaches_every_rank(where_am_i_with_a_site_file):
+def test_site_file_reaches_every_rank(pbs_torchrun_job):
     """A site file (SITE_ENV) that sets a module list and NCCL/libfabric variables: the
-    job says it read it, and where_am_i.py's ranks see the variables (the run:
-    conftest.where_am_i_with_a_site_file, which test_diagnostics reads too)."""
-    site, result = where_am_i_with_a_site_file
+    job says it read it, and where_am_i.py's ranks see the variables (the job: chapter 13's
+    pbs_torchrun.sh, conftest.pbs_torchrun_job, which test_diagnostics and test_pbs_scripts
+    read too)."""
+    site, _, result = pbs_torchrun_job
     assert result.returncode == 0, result.output
     assert f"site settings: {site}" in result.output
     assert result.count("variables FI_PROVIDER=tcp NCCL_SOCKET_IFNAME==lo") == 2, result.output

@@ -156,15 +156,16 @@ def assert_job_output(output: str, job_script: Path) -> None:
         assert Path(plot).read_bytes().startswith(b"\x89PNG"), plot
 
 
-def test_job_script_runs_under_bash_as_pbs_would(tmp_path):
+def test_job_script_runs_under_bash_as_pbs_would(pbs_torchrun_job):
     """The path without a scheduler's launch: bash with the environment PBS Pro sets (a node
     file, a job id, the submit directory). One job script is enough: every job script sources
     the same scripts/pbs_common.sh, and every one of them runs through qsub below. The one of
-    fewest processes: chapter 13's, two launches of 2 ranks (chapter 01's has three)."""
+    fewest processes: chapter 13's, two launches of 2 ranks (chapter 01's has three); the run,
+    with a site file, is conftest.pbs_torchrun_job, which test_job_binding and test_diagnostics
+    read too. PBS lists a node once per requested CPU: the script must count it once."""
+    _, result, _ = pbs_torchrun_job
     job_script = REPO / "scripts" / "13_multinode_and_hpc" / "pbs_torchrun.sh"
-    # PBS lists a node once per requested CPU: the script must count it once.
-    env = pbs_env(tmp_path, "4242.pbs01", "localhost", "localhost", venv=job_venv(job_script))
-    result = run(["bash", job_script], env=env, cwd=tmp_path, timeout=400)
+    assert job_venv(job_script) == str(Path(sys.executable).parents[1])  # the venv the job was given
     assert result.returncode == 0, result.output
     port = job_port("4242.pbs01")
     assert f"job 4242.pbs01: 1 node(s) [localhost] x 2 process(es); master localhost:{port}" in result.output
