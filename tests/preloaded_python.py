@@ -28,7 +28,12 @@ import sys
 
 def serve() -> dict:
     """Answer requests until stdin closes (then exit); return the request in a forked child."""
-    import torch  # noqa: F401 - the import every child is spared
+    # The imports every child is spared: torch, and what its children import next (torchrun's
+    # agent; DistributedDataParallel, which imports torch._dynamo as it wraps a model)
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.run  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
 
     answers = os.dup(1)
     for line in sys.stdin:
