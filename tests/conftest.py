@@ -223,8 +223,10 @@ def _preloaded_serves(env: dict[str, str], agent: bool = False) -> bool:
     """True where the run's environment differs from clean_env() only in launcher variables
     (read when a process group starts, never by `import torch`), and for torchrun's `agent`
     in what it passes on to its ranks (AGENT_PASSES_ON): the preloaded Python's children run
-    it. PRELOADED_PYTHON=0 launches every run for real."""
-    if os.environ.get("PRELOADED_PYTHON", "1") == "0":
+    it. PRELOADED_PYTHON=0 launches every run for real, and so does a machine with an NVIDIA
+    driver (/dev/nvidiactl): were the server's imports ever to start CUDA, its forked children
+    could not use the GPU (the CPU suite is where the seconds count)."""
+    if os.environ.get("PRELOADED_PYTHON", "1") == "0" or os.path.exists("/dev/nvidiactl"):
         return False
     base = clean_env()
     names = set(env) | set(base)
