@@ -210,13 +210,18 @@ def python(path: str, *args: str, env: dict[str, str] | None = None, timeout: fl
 
 
 # --------------------------------------------------------------------------- preloaded Python
-_PRELOADED: dict[str, object] = {}  # "proc": the server, "env": the environment it started with
-_PRELOADED_LOCK = threading.Lock()
+# One server per thread that launches (the foreground's tests, the background's captures), so
+# that neither waits for the other's run: {thread id: {"proc": the server, "pending": bytes}}.
+_PRELOADED: dict[int, dict] = {}
+_PRELOADED_LOCK = threading.Lock()  # guards the dict, not the servers (each has one user)
 
 
 # What torchrun's agent passes on to the ranks it starts, and reads nothing of itself: a
 # sitecustomize folder on PYTHONPATH (tests/observe, fake GPUs) and what it reads.
 AGENT_PASSES_ON = re.compile(r"^(PYTHONPATH|OBSERVE_WRITES_.*)$")
+# Read by nothing `import torch` runs, only by the script and what it starts: PATH (a capture
+# runs with .venv's tools first on it, as a reader's activated venv has them).
+READ_AFTER_IMPORT = {"PATH"}
 
 
 def _preloaded_serves(env: dict[str, str], agent: bool = False) -> bool:
@@ -231,34 +236,39 @@ def _preloaded_serves(env: dict[str, str], agent: bool = False) -> bool:
     base = clean_env()
     names = set(env) | set(base)
     return all(env.get(name) == base.get(name) for name in names
-               if not LAUNCHER_VARS.match(name) and not (agent and AGENT_PASSES_ON.match(name)))
+               if not LAUNCHER_VARS.match(name) and name not in READ_AFTER_IMPORT
+               and not (agent and AGENT_PASSES_ON.match(name)))
 
 
-def _preloaded_server() -> subprocess.Popen:
-    proc = _PRELOADED.get("proc")
+def _preloaded_server() -> dict:
+    """This thread's server: {"proc", "pending"}, started at its first request."""
+    with _PRELOADED_LOCK:
+        slot = _PRELOADED.setdefault(threading.get_ident(), {})
+    proc = slot.get("proc")
     if proc is None or proc.poll() is not None:
         proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "preloaded_python.py")], cwd=REPO,
                                 env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, bufsize=0, start_new_session=True)
-        _PRELOADED.update(proc=proc, pending=b"")
-    return proc
+        slot.update(proc=proc, pending=b"")
+    return slot
 
 
-def _preloaded_answer(server: subprocess.Popen, timeout: float | None) -> dict | None:
+def _preloaded_answer(slot: dict, timeout: float | None) -> dict | None:
     """The server's next answer (a JSON line), or None after `timeout` seconds without one."""
     import select
     import time
 
     deadline = None if timeout is None else time.monotonic() + timeout
-    while b"\n" not in _PRELOADED["pending"]:
+    server = slot["proc"]
+    while b"\n" not in slot["pending"]:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not select.select([server.stdout], [], [], left)[0]:
             return None
         chunk = os.read(server.stdout.fileno(), 65536)
         if not chunk:
             raise RuntimeError("the preloaded Python ended")
-        _PRELOADED["pending"] += chunk
-    line, _, _PRELOADED["pending"] = _PRELOADED["pending"].partition(b"\n")
+        slot["pending"] += chunk
+    line, _, slot["pending"] = slot["pending"].partition(b"\n")
     return json.loads(line)
 
 
@@ -270,11 +280,11 @@ def _preloaded_run(path: Path, args: list[str], env: dict[str, str], timeout: fl
     import time
 
     command = " ".join(map(str, command or [sys.executable, path, *args]))
-    with _PRELOADED_LOCK, tempfile.NamedTemporaryFile("r", suffix=".out") as out:
+    with tempfile.NamedTemporaryFile("r", suffix=".out") as out:
         server = _preloaded_server()
         start = time.monotonic()
-        server.stdin.write((json.dumps({"script": str(path), "args": args, "env": env, "cwd": str(cwd),
-                                        "output": out.name}) + "\n").encode())
+        request = {"script": str(path), "args": args, "env": env, "cwd": str(cwd), "output": out.name}
+        server["proc"].stdin.write((json.dumps(request) + "\n").encode())
         pid = _preloaded_answer(server, None)["pid"]
         done = _preloaded_answer(server, timeout)
         if done is None:
@@ -375,12 +385,25 @@ _STOPPING = threading.Event()
 _BACKGROUND_THREAD: threading.Thread | None = None
 
 
+# A captured command that is one program and its arguments, nothing for a shell to read
+# (no pipe, redirection, variable, quote or glob): run() runs it as the shell would, its
+# torchrun agent or its one process forked from the preloaded Python where it can.
+PLAIN_COMMAND = re.compile(r"(torchrun|python) [\w./=:,+@%-]+( [\w./=:,+@%-]+)*")
+
+
 def _run_captured(name: str) -> Result:
     import time
 
-    from captured_outputs import OUTPUTS, last_cpu_seconds, read, run_command
+    from captured_outputs import LOG_LINE, OUTPUTS, last_cpu_seconds, read, run_command
 
     command, _ = read(OUTPUTS / name)
+    if PLAIN_COMMAND.fullmatch(command):
+        program, *args = command.split()
+        program = VENV_BIN / "torchrun" if program == "torchrun" else sys.executable
+        result = run([program, *args], env=clean_env(PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"),
+                     timeout=300)
+        output = "\n".join(line for line in result.output.splitlines() if not LOG_LINE.match(line))
+        return Result(result.returncode, output, result.seconds)
     start = time.monotonic()
     code, output = run_command(command)
     log_launch(command, time.monotonic() - start, last_cpu_seconds())
@@ -562,7 +585,10 @@ def pytest_sessionfinish(session, exitstatus):
     _BACKGROUND_ALLOWED.set()
     if _BACKGROUND_THREAD is not None:
         _BACKGROUND_THREAD.join()
-    if (server := _PRELOADED.pop("proc", None)) is not None:
+    with _PRELOADED_LOCK:
+        servers = [slot["proc"] for slot in _PRELOADED.values() if "proc" in slot]
+        _PRELOADED.clear()
+    for server in servers:
         server.stdin.close()
         try:
             server.wait(timeout=30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 
 import psutil
@@ -49,7 +50,7 @@ def test_a_preloaded_python_runs_the_script_as_python_does(tmp_path):
     path.write_text(PRELOADED_SCRIPT)
     ok = run([sys.executable, path, "ok"], env=clean_env(RANK="3"), cwd=tmp_path)
     assert ok.returncode == 0 and ok.output == f"argv ['ok'] cwd {tmp_path} rank 3 path0 {tmp_path}\n"
-    server = _PRELOADED["proc"].pid
+    server = _PRELOADED[threading.get_ident()]["proc"].pid  # this thread's server
     assert server in [p.pid for p in psutil.Process().children()], "not forked from the preloaded Python"
     failed = run([sys.executable, path, "fail"], cwd=tmp_path)
     assert failed.returncode == 1 and failed.output.endswith("said what to do\n"), failed.output
@@ -67,7 +68,7 @@ def test_a_preloaded_python_runs_the_script_as_python_does(tmp_path):
         assert time.monotonic() < deadline, f"worker {worker} outlived the timed-out run"
         time.sleep(0.1)
     real = run([sys.executable, path, "ok"], env=clean_env(PYTHONPATH=str(tmp_path)), cwd=tmp_path)
-    assert real.returncode == 0 and _PRELOADED["proc"].pid == server
+    assert real.returncode == 0 and _PRELOADED[threading.get_ident()]["proc"].pid == server
     assert ok.output.replace("rank 3", "rank None") == real.output
 
 
@@ -205,3 +206,24 @@ def test_launch_report_says_what_it_cannot_read(tmp_path):
     assert "Traceback" not in result.output
     result = run([sys.executable, "tests/launch_report.py", "--help"], timeout=60)
     assert result.returncode == 0 and "LAUNCH_LOG=" in result.output
+
+
+def test_a_plain_captured_command_runs_through_run_and_a_shell_line_through_bash():
+    """conftest._run_captured: a page's command that is one program and its arguments goes
+    through run() (its torchrun agent forked from the preloaded Python); anything a shell must
+    read (a pipe, a redirection, a variable, an environment prefix, a quote) goes to bash."""
+    from conftest import PLAIN_COMMAND
+
+    plain = ["torchrun --standalone --nproc_per_node=2 scripts/01_data_parallel_ddp/multinode_ddp_basic.py",
+             "python scripts/18_transformer/gpt_ddp.py --checkpoint-dir /tmp/ch18/single",
+             "torchrun --standalone --nproc_per_node=2 scripts/10_x.py --bucket-caps 1,25 --lr 0.5"]
+    shell = ["torchrun --standalone --nproc_per_node=2 scripts/09_uneven_inputs/uneven_inputs.py 2>/dev/null",
+             "torchrun --standalone --nproc_per_node=2 scripts/x.py | grep -A 3 memory",
+             "TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 scripts/x.py",
+             "rm -rf /tmp/x && torchrun --standalone --nproc_per_node=2 scripts/x.py",
+             "for n in 1 4; do torchrun --standalone --nproc_per_node=$n scripts/x.py; done",
+             "python scripts/x.py --title 'two words'",
+             "bash scripts/13_multinode_and_hpc/two_jobs_one_node.sh bad",
+             "torchrun --standalone --nproc_per_node=2 scripts/x.py; echo \"exit code: $?\""]
+    assert [command for command in plain if not PLAIN_COMMAND.fullmatch(command)] == []
+    assert [command for command in shell if PLAIN_COMMAND.fullmatch(command)] == []
