@@ -367,8 +367,9 @@ def test_checkpoints(backend, nproc, tmp_path):
 
 
 def test_fsdp_checkpoint_saved_by_4_ranks_resumes_at_2_in_the_shared_mode(tmp_path):
-    """Chapter 16's page on one GPU: DCP saved by 4 ranks sharing it, loaded by 2, and both
-    runs export through the CPU (rank 0 alone holds the whole model)."""
+    """Chapter 16's DCP resharding on one GPU (the page's CPU run saves at 2 ranks and resumes
+    in one process): DCP saved by 4 ranks sharing it, loaded by 2, and both runs export through
+    the CPU (rank 0 alone holds the whole model)."""
     path, whole = "16_fsdp/sharded_checkpoint.py", str(4 * PARAMS_16)
     at4 = launch(path, "--checkpoint-dir", str(tmp_path / "at4"), backend="gloo-cuda", nproc=4)
     ok(f"export_bytes_per_rank={whole},0,0,0 ", "plain_load=ok")(at4, "gloo")
