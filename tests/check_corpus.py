@@ -41,6 +41,8 @@ way: `before` is what the reviewed version (999036c) said, `after` this one.
 tests/check_corpus_review7.tsv holds a fifth (set review7), from that reviewer's table: `before`
 is what the reviewed version (8c072c6) said, `after` this one. tests/check_corpus_review9.tsv
 holds a sixth (set review9, blind), from that reviewer's table: `before` is 32828ad's run.
+tests/check_corpus_review10.tsv holds a seventh (set review10, blind), from that reviewer's table:
+`before` is 736fc2e's run.
 """
 
 from __future__ import annotations
@@ -59,11 +61,16 @@ REVIEW = REPO / "tests" / "check_corpus_review5.tsv"  # a fresh review's 15 file
 REVIEW6 = REPO / "tests" / "check_corpus_review6.tsv"  # the next fresh review's 15 files: 999036c, then now
 REVIEW7 = REPO / "tests" / "check_corpus_review7.tsv"  # a fifth fresh review's 15 files: 8c072c6, then now
 REVIEW9 = REPO / "tests" / "check_corpus_review9.tsv"  # a sixth fresh review's 15 files: 32828ad, then now
+REVIEW10 = REPO / "tests" / "check_corpus_review10.tsv"  # a seventh fresh review's files: 736fc2e, then now
 # the version each review ran
-REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6", "review9": "32828ad"}
+REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6", "review9": "32828ad",
+            "review10": "736fc2e"}
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
-WRAPS_DDP = re.compile(r"DistributedDataParallel|\bDDP\(|torch\.distributed")  # a file that is distributed
+# a file that is distributed: it wraps DDP, calls torch.distributed, or spawns its ranks (mp.spawn)
+WRAPS_DDP = re.compile(
+    r"DistributedDataParallel|\bDDP\(|torch\.distributed|\bmp\.spawn\(|multiprocessing\.spawn\("
+)
 COLUMNS = ["repo", "commit", "path", "set", "line", "code", "label", "before", "alone", "after", "reason"]
 VERSIONS = (("before", "first"), ("alone", "e674dd7, the file alone"), ("after", "now, in its repository"))
 NOT_DISTRIBUTED, UNREADABLE = "NOTDIST", "UNREADABLE"  # codes of the rows for a file's verdict
