@@ -457,6 +457,32 @@ def test_shapes_of_the_seventh_round():
     assert findings(FIXTURES / "clean_review10.py") == []
 
 
+def test_shapes_of_the_seventh_review():
+    """A seventh review's (set review10) false alarms and misses, each a shape of our own.
+    Quiet (clean_seventh_review.py): a port option's default that the `__main__` block
+    replaces with a free port before main() reads it; `rank not in ("cpu", "cuda")`, a test of
+    whether the job is distributed, not a branch on the rank. Said (seventh_review.py): the
+    default replaced only under a test (DDP130); `os.environ["RANK"] == "0"` (DDP020); a
+    sampler read through tqdm(), never told the epoch (DDP030); a break on a loss the DDP
+    model returns, after convert_sync_batchnorm (DDP191); DDP(compiled) in one branch and the
+    compiled model in the other, saved and resumed: DDP041's note, not DDP150. Said
+    (project/train_seventh_review.py): mp.spawn of a function that a package star-imports,
+    which fixes MASTER_PORT: at the spawn; nothing at the same function called with "cpu" for
+    its rank, nor at a trial that sets its own rank to a device word."""
+    assert findings(FIXTURES / "clean_seventh_review.py") == []
+    review = FIXTURES / "seventh_review.py"
+    assert found_in(review) == expected_in(review) == {
+        (33, "DDP041", True), (39, "DDP020", False), (44, "DDP030", False), (54, "DDP191", False),
+        (60, "DDP130", False)}
+    said = {f["line"]: f["message"] for f in findings(review)}
+    assert said[33].startswith("self.model is the DDP wrapper: its state_dict()'s keys start with 'module.'")
+    assert said[54].startswith("this break leaves the loop on `total`, a value this rank computed alone")
+    spawn = PROJECT / "train_seventh_review.py"
+    assert found_in(spawn) == expected_in(spawn) == {(18, "DDP130", False)}
+    [port] = findings(spawn)
+    assert port["message"].startswith("workers/worker.py:20: MASTER_PORT set to a fixed number")
+
+
 def test_a_save_under_a_test_out_of_sight_is_a_note():
     """Precision where the evidence passes through what the checker cannot read
     (review10_guards.py): a save under a call of an installed package, under a flag of an

@@ -42,6 +42,13 @@ SEVERITIES = ("note", "warning", "error")
 
 
 # ---------------------------------------------------------------------------- the rules
+
+def is_main_test(test) -> bool:
+    """`__name__ == "__main__"`."""
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__" \
+        and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant) \
+        and test.comparators[0].value == "__main__"
+
 class Rule:
     def __init__(self, code, chapter, page, severity, title, fix):
         self.code, self.chapter, self.page, self.title, self.fix = code, chapter, page, title, fix
@@ -307,9 +314,39 @@ def is_flag_test(node):
         return True
     if isinstance(op, (ast.Is, ast.IsNot)) and (is_false(left) or is_false(right)):
         return True
+    if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) and names_a_device(right):
+        return True  # rank not in ("cpu", "cuda"): a device where the job is not distributed
     return (
         isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) and isinstance(left.value, str)
     )
+
+
+def one_process_call(call, function):
+    """`train("cpu", world_size)`: the call gives a rank parameter of `function` a device word,
+    so the function runs as one process (its group start and saves are not this call's)."""
+    if not isinstance(function, FUNCTION):
+        return False
+    params = [a.arg for a in function.args.posonlyargs + function.args.args]
+    given = [*zip(params, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg)]
+    return any(is_rank_word(param) and names_a_device(value) for param, value in given)
+
+
+def one_process_function(function):
+    """A function that sets its own rank to a device word (`rank = "cpu"`, then `rank =
+    "cuda"`: a Ray Tune trial): it runs as one process."""
+    if not isinstance(function, FUNCTION):
+        return False
+    values = [n.value for n in ast.walk(function) if isinstance(n, ast.Assign)
+              and any(isinstance(t, ast.Name) and is_rank_word(t.id) for t in n.targets)]
+    return bool(values) and all(names_a_device(v) for v in values)
+
+
+def names_a_device(node):
+    """A word that no rank is (a rank is a number, or a string of digits): "cpu", or a tuple
+    of such words."""
+    values = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return bool(values) and all(isinstance(v, ast.Constant) and isinstance(v.value, str)
+                                and v.value and not v.value.strip().lstrip("-").isdigit() for v in values)
 
 
 DISTRIBUTED_FLAG = re.compile(r"(?i)^(is_|use_|using_|enable_|with_|run_)?(dist|distributed|ddp|multi_?gpu)$")
@@ -435,6 +472,8 @@ def has_variants(tree):
 # ------------------------------------------------------------------ the reader's project
 MAX_MODULES = 50  # project modules read for one checked file, at most
 MAX_DEPTH = 2  # the script's imports (1), and theirs (2)
+# what wraps a loader to read it, and never calls its sampler's set_epoch: progress bars, itertools
+ITERATORS = {"tqdm", "trange", "track", "islice", "cycle", "chain", "tee"}
 INSTALLED = {"site-packages", "dist-packages"}  # folders of installed packages: never followed
 _PARSED = {}  # path -> (mtime, size, tree or None): each module parsed once per process
 _MODULE_CHECKERS = {}  # (path, mtime, depth, roots) -> the Checker of a project module
@@ -677,6 +716,7 @@ class Reach:
     def __init__(self, project):
         self.project = project
         self.index, self.names, self.refs_of, self.owner = {}, {}, {}, {}
+        self.stars = {}  # path -> the modules it star-imports (module, level)
 
     def parsed(self, path):
         if path not in self.index:
@@ -702,6 +742,8 @@ class Reach:
                         if a.name != "*":
                             imports.setdefault(a.asname or a.name,
                                                ("from", node.module or "", a.name, node.level))
+                        else:  # a package's __init__.py: from .training import *
+                            self.stars.setdefault(path, []).append((node.module or "", node.level))
                 elif isinstance(node, ast.ClassDef):
                     for item in node.body:
                         if isinstance(item, FUNCTION):
@@ -734,6 +776,11 @@ class Reach:
                 target = self.project.find(module, level, path.parent) if sub is None else None
                 out = [("module", sub)] if sub is not None else \
                     self.name(target, imported, hops + 1) if target is not None else []
+            for module, level in self.stars.get(path, []) if not out and entry is None else []:
+                target = self.project.find(module, level, path.parent)  # from .training import *
+                out = self.name(target, name, hops + 1) if target is not None else []
+                if out:
+                    break
         self.names[key] = out
         return out
 
@@ -1318,7 +1365,8 @@ class Checker:
             handed = [a for a in list(call.args) + [k.value for k in call.keywords]
                       if isinstance(a, (ast.Name, ast.Attribute))]  # mp.spawn(fn), Process(target=fn)
             for node in [call.func, *handed]:
-                start += [(p, f, call) for p, f in reach.functions(here, scope, node) if p != here]
+                start += [(p, f, call) for p, f in reach.functions(here, scope, node) if p != here
+                          and not (node is call.func and one_process_call(call, f))]
         self._memo["deep"] = reach.closure(start)
         return self._memo["deep"]
 
@@ -1868,10 +1916,10 @@ class Checker:
                     continue
                 function, call = next(((f, c) for f, c in reached
                                        if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
-                if call is None or (code, call.lineno) in said:
-                    continue
+                if call is None or (code, call.lineno) in said or one_process_function(function):
+                    continue  # said, or a function that sets its rank to a device word: one process
                 if code in FOLLOWED_BY_RULES and path in self.project.read \
-                        and checker.functions.get(function.name) is function:
+                        and checker.functions.get(function.name) is function and not self.spawns(call):
                     continue  # a function the rule follows itself, with the arguments
                 if code == "DDP042" and not any(last(n) == "load_state_dict" for n in ast.walk(function)):
                     continue  # a file of data, not a checkpoint loaded into a model
@@ -1881,6 +1929,12 @@ class Checker:
                     severity = "note"  # read it, is out of this file's sight
                 said.add((code, call.lineno))
                 self.add(code, call, f"{where}:{line}: {message}", severity)
+
+    @staticmethod
+    def spawns(call):
+        """mp.spawn(fn, ...), Process(target=fn): the function runs in processes of its own,
+        which the rules do not follow from the call."""
+        return last(call) in ("spawn", "start_processes", "Process")
 
     def deep_save_skipped(self, call, path, line):
         """The function this call runs (a module's) holds a torch.save at `line` that the
@@ -2632,8 +2686,8 @@ class Checker:
                 if callee in self.functions or callee == "DataLoader" \
                         or callee.endswith(("_loader", "Loader", "Sampler")):
                     continue
-                if isinstance(call.func, ast.Name) and callee in BUILTINS:
-                    continue  # len(loader), enumerate(loader): no set_epoch in them
+                if isinstance(call.func, ast.Name) and callee in BUILTINS or callee in ITERATORS:
+                    continue  # len(loader), enumerate(loader), tqdm(loader): no set_epoch in them
                 if isinstance(call.func, ast.Attribute) and call.func.attr in self.methods:
                     continue
                 if self.external(call) is not None and not self.reaches(call, "is_set_epoch"):
@@ -3163,8 +3217,11 @@ class Checker:
                 outer = self.outermost(owner, call.lineno, scope)
                 if self.not_wrapped_here(owner, state):
                     continue  # x.module.state_dict() if isinstance(x, DDP) else x.state_dict()
+                # DDP(compiled) in one branch, the compiled model in another: the wrapper's keys
+                # (DDP041) where it runs distributed, not a word on the one-process branch
                 if "compile" in kinds and not self.never_compiled(state) and not (
-                        "ddp" in kinds and outer == "ddp"):
+                        "ddp" in kinds and (outer == "ddp" or self.compiled_alone_in_a_branch(
+                            owner, call.lineno, scope))):
                     self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
                              "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
                 elif "ddp" in kinds and dotted(owner) not in owners_said:
@@ -3314,17 +3371,42 @@ class Checker:
         """'ddp' or 'compile': what the last binding of `owner` before `line` made, where it
         is one of them: `model = DDP(torch.compile(model))` is a wrapper whose keys start with
         'module.', `model = torch.compile(DDP(model))` a compiled model ('_orig_mod.')."""
+        live = self.live_kinds(owner, line, scope)
+        if live is None:
+            return None
+        outer = {k for kinds in live for k in kinds} if all(len(k) <= 1 for k in live) else set()
+        return next(iter(outer)) if len(outer) == 1 else None
+
+    def live_kinds(self, owner, line, scope):
+        """What each binding of `owner` still live at `line` made ({'ddp', 'compile'} or a part
+        of it), in the innermost scope that binds it; None where none does."""
         entries = self.bindings.get(dotted(owner), [])
         for where in self.enclosing(scope):
             own = [(kinds, node) for kinds, at, at_scope, node in entries if at_scope is where and at <= line]
             if not own:
                 continue
             # the bindings still live here: not followed by one that runs whenever they run
-            live = [kinds & {"ddp", "compile"} for i, (kinds, node) in enumerate(own)
+            return [kinds & {"ddp", "compile"} for i, (kinds, node) in enumerate(own)
                     if not any(self.runs_whenever(later, node) for _, later in own[i + 1:])]
-            outer = {k for kinds in live for k in kinds} if all(len(k) <= 1 for k in live) else set()
-            return next(iter(outer)) if len(outer) == 1 else None
         return None
+
+    def compiled_alone_in_a_branch(self, owner, line, scope):
+        """`owner` is bound to a DDP wrapper in one branch and to a compiled model with no DDP
+        in it in another (the one-process branch: `self.model = DDP(compiled)` else `self.model
+        = compiled`): the keys it saves are the wrapper's where the job is distributed. Not
+        `torch.compile(ddp)`, a compiled wrapper."""
+        entries = self.bindings.get(dotted(owner), [])
+        wrapped = any("ddp" in kinds for kinds, *_ in entries)
+        for kinds, at, where, node in entries:
+            value = getattr(node, "value", None)
+            if kinds & {"ddp", "compile"} != {"compile"} or value is None:
+                continue
+            inside = value.args[0] if isinstance(value, ast.Call) and self.call_kind(value) == "compile" \
+                and value.args else value
+            bound_in = where if isinstance(where, SCOPE) else scope  # a class's attribute: the save's
+            if wrapped and "ddp" not in self.kinds_of(inside, at, bound_in):
+                return True
+        return False
 
     def not_wrapped_here(self, owner, node):
         """`node` runs only where `owner` is no wrapper: the else of `isinstance(owner, DDP)`
@@ -3889,7 +3971,8 @@ class Checker:
                     self.add("DDP130", at, f"init_method {text!r}{through}: a fixed port, so a second job on "
                              "this node collides; let the launcher set MASTER_ADDR and MASTER_PORT "
                              "(init_method='env://')", "note" if fallback else None)
-        for call, (checker, function) in [(c, found) for c in self.calls for found in self.picked(c)]:
+        for call, (checker, function) in [(c, found) for c in self.calls for found in self.picked(c)
+                                          if not one_process_call(c, found[1])]:
             # a helper of the project that starts the group: setup_dist(args), or each one that
             # getattr(module, "init_dist_%s" % launcher)(...) may pick
             given = list(call.args) + [k.value for k in call.keywords]
@@ -4018,10 +4101,25 @@ class Checker:
             for value, where, _ in self._memo["assignments"].get(dotted(expr), []):
                 found += self.url_values(value, where, depth + 1)
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-            found += self.url_values(self.option_default(expr.attr), scope, depth + 1)
+            if not self.option_replaced(dotted(expr)):  # the default, unless the file replaces it first
+                found += self.url_values(self.option_default(expr.attr), scope, depth + 1)
             if not found:  # cfg.dist_url: cfg made by SimpleNamespace(dist_url=...), or by a function
                 found += self.attribute_values(expr.value.id, expr.attr, scope, depth + 1)
         return found[:8]
+
+    def option_replaced(self, key):
+        """`args.dist_url = ...` at the module's top level, under no test but `if __name__ ==
+        "__main__":`, from a value that does not read it: the option's default never reaches
+        the functions that the module then calls (a free port picked after parse_args())."""
+        self.assigned(key, self.tree)  # builds the table
+        for value, where, node in self._memo["assignments"].get(key, []):
+            if where is not self.tree or not isinstance(node, ast.Assign) \
+                    or any(isinstance(n, ast.Attribute) and dotted(n) == key for n in ast.walk(value)):
+                continue
+            if all(isinstance(a, ast.If) and is_main_test(a.test) and node in a.body
+                   or isinstance(a, ast.Module) for a in self.ancestors(node)):
+                return True
+        return False
 
     def attribute_values(self, name, attr, scope, depth):
         """The strings `name.attr` may hold where `name` is a configuration object: made by a
@@ -4418,6 +4516,8 @@ class Checker:
             for node in self.by_scope.get(scope_here, []):
                 if not isinstance(node, ast.Call) or last(node)[:1].isupper():
                     continue  # a class (gym.vector.SyncVectorEnv(...)) makes an object: no value synced
+                if re.search(r"(?i)batch_?norm", last(node)):
+                    continue  # convert_sync_batchnorm(model): a model whose outputs stay this rank's
                 if self.is_collective(node) and node.args and dotted(node.args[0]):
                     seeds.add(dotted(node.args[0]))
                 elif SYNC_CALL.search(last(node)) and isinstance(node.func, ast.Attribute) \
