@@ -3220,8 +3220,7 @@ class Checker:
                 # DDP(compiled) in one branch, the compiled model in another: the wrapper's keys
                 # (DDP041) where it runs distributed, not a word on the one-process branch
                 if "compile" in kinds and not self.never_compiled(state) and not (
-                        "ddp" in kinds and (outer == "ddp" or self.compiled_alone_in_a_branch(
-                            owner, call.lineno, scope))):
+                        "ddp" in kinds and (outer == "ddp" or self.compiled_alone_in_a_branch(owner))):
                     self.add("DDP150", state, f"{ast.unparse(owner)} is the compiled model: its "
                              "state_dict()'s keys start with '_orig_mod.'; save the model inside it")
                 elif "ddp" in kinds and dotted(owner) not in owners_said:
@@ -3390,21 +3389,23 @@ class Checker:
                     if not any(self.runs_whenever(later, node) for _, later in own[i + 1:])]
         return None
 
-    def compiled_alone_in_a_branch(self, owner, line, scope):
+    def compiled_alone_in_a_branch(self, owner):
         """`owner` is bound to a DDP wrapper in one branch and to a compiled model with no DDP
         in it in another (the one-process branch: `self.model = DDP(compiled)` else `self.model
         = compiled`): the keys it saves are the wrapper's where the job is distributed. Not
         `torch.compile(ddp)`, a compiled wrapper."""
         entries = self.bindings.get(dotted(owner), [])
-        wrapped = any("ddp" in kinds for kinds, *_ in entries)
-        for kinds, at, where, node in entries:
+        wrapped = any(  # DDP(compiled) itself, not a name that may hold some wrapper
+            isinstance(value, ast.Call) and self.call_kind(value) == "ddp" and value.args
+            and "compile" in self.kinds_of(value.args[0], at, self.function_of(node))
+            for _kinds, at, _where, node in entries if (value := getattr(node, "value", None)) is not None)
+        for kinds, at, _where, node in entries:
             value = getattr(node, "value", None)
             if kinds & {"ddp", "compile"} != {"compile"} or value is None:
                 continue
             inside = value.args[0] if isinstance(value, ast.Call) and self.call_kind(value) == "compile" \
                 and value.args else value
-            bound_in = where if isinstance(where, SCOPE) else scope  # a class's attribute: the save's
-            if wrapped and "ddp" not in self.kinds_of(inside, at, bound_in):
+            if wrapped and "ddp" not in self.kinds_of(inside, at, self.function_of(node)):
                 return True
         return False
 
