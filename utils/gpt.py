@@ -524,7 +524,7 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, targets: torc
 
 # --------------------------------------------------------------------------- flags
 PRESETS = {  # the model's shape and recipe; flags given explicitly win (a size, no device)
-    "cpu": dict(block_size=96, dim=64, layers=2, heads=4, global_batch_size=16, lr=3e-3,
+    "cpu": dict(block_size=96, dim=64, layers=2, heads=4, global_batch_size=16, lr=3e-3,  # gpu-checked
                 warmup_steps=10, dropout=0.0),
     # nanoGPT's config/train_shakespeare_char.py: the same shape, learning rates, warm-up, dropout
     "gpu": dict(block_size=256, dim=384, layers=6, heads=6, global_batch_size=64, lr=1e-3,
@@ -533,7 +533,7 @@ PRESETS = {  # the model's shape and recipe; flags given explicitly win (a size,
 
 
 def add_gpt_args(parser: argparse.ArgumentParser, *, steps: int) -> argparse.ArgumentParser:
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",  # gpu-checked
                         help="the model's size and recipe: cpu (about 0.1M parameters, seconds on a "
                         "laptop) or gpu (about 10.7M, nanoGPT's shakespeare-char configuration) "
                         "(default: %(default)s)")

@@ -92,7 +92,7 @@ def _cpu_mesh(mesh: DeviceMesh) -> DeviceMesh:
         names = mesh.mesh_dim_names
         return DeviceMesh.from_group(mesh.get_group(), "cpu", mesh_dim_names=names)  # gpu-checked
     names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
-    return DeviceMesh.from_group([mesh.get_group(i) for i in range(mesh.ndim)], "cpu",
+    return DeviceMesh.from_group([mesh.get_group(i) for i in range(mesh.ndim)], "cpu",  # gpu-checked
                                  mesh=mesh.mesh, mesh_dim_names=names)
 
 

@@ -315,7 +315,7 @@ def is_flag_test(node):
     if isinstance(op, (ast.Is, ast.IsNot)) and (is_false(left) or is_false(right)):
         return True
     if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) and names_a_device(right):
-        return True  # rank not in ("cpu", "cuda"): a device where the job is not distributed
+        return True  # rank not in ("cpu", "cuda"): a device where the job is not distributed  # gpu-checked
     return (
         isinstance(op, (ast.In, ast.NotIn)) and isinstance(left, ast.Constant) and isinstance(left.value, str)
     )
