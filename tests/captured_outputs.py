@@ -163,12 +163,13 @@ def last_cpu_seconds() -> float | None:
     return getattr(_LAST, "cpu_seconds", None)
 
 
-def run_command(command: str, timeout: float = 300, env_extra: dict[str, str] | None = None
-                ) -> tuple[int, str]:
+def run_command(command: str, timeout: float = 300, env_extra: dict[str, str] | None = None,
+                base_env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run a command as a user would from the repository root, with .venv's tools first.
     Returns (exit code, output); with pipefail, a failure anywhere in a pipeline counts.
     The CPU seconds it took: last_cpu_seconds(), in the same thread."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_"))}
+    base = os.environ if base_env is None else base_env  # base_env: a copy taken under a lock
+    env = {k: v for k, v in base.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_"))}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env_extra or {}))
     proc = CpuPopen(["bash", "-o", "pipefail", "-c", command], cwd=REPO, env=env,

@@ -157,6 +157,11 @@ def script(path: str) -> Path:
     return REPO / "scripts" / path
 
 
+# Held while run_as_main swaps os.environ for a run's: a thread that builds a launch's
+# environment from os.environ (the background's captures) takes it around that read.
+ENVIRON_LOCK = threading.Lock()
+
+
 def run_as_main(path: Path, *args: str, env: dict[str, str], cwd: Path = REPO) -> Result:
     """`python PATH ARGS` in the environment `env` and the folder `cwd`, for a run that ends at
     its checks (a usage error, a launch it refuses) before any process group: run as __main__
@@ -166,16 +171,17 @@ def run_as_main(path: Path, *args: str, env: dict[str, str], cwd: Path = REPO) -
     its output, with exit code 1, as Python's would be."""
     from test_flags import _run_case
 
-    saved, here = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(cwd)
-    try:
-        case = _run_case(Path(path), [str(a) for a in args], keep=100_000)
-    finally:
+    with ENVIRON_LOCK:  # the background's next capture reads the session's environment, not env
+        saved, here = dict(os.environ), os.getcwd()
         os.environ.clear()
-        os.environ.update(saved)
-        os.chdir(here)
+        os.environ.update(env)
+        os.chdir(cwd)
+        try:
+            case = _run_case(Path(path), [str(a) for a in args], keep=100_000)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            os.chdir(here)
     code = case["code"] if case["outcome"] == "exit" else 1 if case["outcome"].startswith("traceback") else 0
     return Result(code, case["output"], case["seconds"])
 
@@ -397,15 +403,17 @@ def _run_captured(name: str) -> Result:
     from captured_outputs import LOG_LINE, OUTPUTS, last_cpu_seconds, read, run_command
 
     command, _ = read(OUTPUTS / name)
+    with ENVIRON_LOCK:
+        session_env = dict(os.environ)
+        env = clean_env(PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
     if PLAIN_COMMAND.fullmatch(command):
         program, *args = command.split()
         program = VENV_BIN / "torchrun" if program == "torchrun" else sys.executable
-        result = run([program, *args], env=clean_env(PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"),
-                     timeout=300)
+        result = run([program, *args], env=env, timeout=300)
         output = "\n".join(line for line in result.output.splitlines() if not LOG_LINE.match(line))
         return Result(result.returncode, output, result.seconds)
     start = time.monotonic()
-    code, output = run_command(command)
+    code, output = run_command(command, base_env=session_env)
     log_launch(command, time.monotonic() - start, last_cpu_seconds())
     for sign in TEARDOWN_FAILURES:
         assert sign not in output, f"teardown problem ({sign!r}) in: {command}\n{output}"
