@@ -483,6 +483,59 @@ def test_shapes_of_the_seventh_review():
     assert port["message"].startswith("workers/worker.py:20: MASTER_PORT set to a fixed number")
 
 
+def test_accumulation_in_a_method_called_once_per_batch():
+    """Review 10's ddpm-torch and Pointcept shape (DDP050): a method that runs backward() on
+    every call and steps only when a counter says so (a count passed in, `global_step %
+    k`; an attribute it adds to, `self.count >= self.every`) accumulates, wherever the loop
+    that calls it is. Quiet: a step on every call with a log every few, a step skipped on a
+    non-finite loss, a backward under the counter's test too. In a trainer of the project:
+    said at the call that reaches it; quiet where the script reaches a no_sync() helper."""
+    methods = FIXTURES / "accumulating_methods.py"
+    assert found_in(methods) == expected_in(methods) == {(20, "DDP050", False), (36, "DDP050", False)}
+    said = {f["line"]: f["message"] for f in findings(methods)}
+    assert said[20].startswith("step() runs backward() on every call and steps the optimizer only when "
+                               "a counter says so")
+    assert said[36].startswith("run_step() runs backward() on every call")
+    assert findings(FIXTURES / "clean_accumulating_methods.py") == []
+    entry = PROJECT / "train_accumulating.py"
+    assert found_in(entry) == expected_in(entry) == {(17, "DDP050", False)}
+    [found] = findings(entry)
+    assert found["message"].startswith("helpers/stepper.py:17: step() runs backward() on every call")
+    assert findings(PROJECT / "clean_train_accumulating.py") == []
+
+
+def test_batchnorm_inside_the_projects_model_classes():
+    """Review 10's M9 (DDP070): the DDP model is built from a class of the project
+    (`from nets import PlainNet`), whose blocks build BatchNorm2d: a warning that names the
+    layer's file and line. Picked by name from a package (`getattr(nets, name)()`) where only
+    some classes have BatchNorm: a note. Quiet: BatchNorm kept in eval mode, GroupNorm, no
+    norm, a registry lookup, and a helper of the project that converts to SyncBatchNorm."""
+    models = PROJECT / "train_project_models.py"
+    assert found_in(models) == expected_in(models) == {(15, "DDP070", False), (17, "DDP070", True)}
+    said = {f["line"]: f["message"] for f in findings(models)}
+    assert said[15].startswith("the model is a PlainNet, whose BatchNorm2d (nets/blocks.py:10) runs in "
+                               "the DDP model without SyncBatchNorm")
+    assert "2 of 5 build BatchNorm (ConvBlock, PlainNet)" in said[17]
+    assert findings(PROJECT / "clean_train_project_models.py") == []
+    assert findings(PROJECT / "train_synced_project_model.py") == []
+
+
+def test_nccl_named_by_a_config_file():
+    """Review 10's M10 (DDP131): `init_process_group(backend=settings["launch_backend"])`, the
+    model on cuda and no set_device anywhere; every value the project's files give that key is
+    nccl: a warning that names the file it read. A backend from an option with no default: a
+    note. Quiet: the option's default is gloo; set_device called."""
+    entry = PROJECT / "train_configured_backend.py"
+    assert found_in(entry) == expected_in(entry) == {(17, "DDP131", False), (23, "DDP131", True)}
+    said = {f["line"]: f for f in findings(entry)}
+    assert said[17]["severity"] == "warning"
+    assert said[17]["message"].startswith("the backend is `settings['launch_backend']`, and every value the "
+                                          "project gives it is nccl (launch_configs/gpus.json)")
+    assert said[23]["message"].startswith("the backend is `args.group_kind`, which this file does not fix")
+    assert findings(PROJECT / "clean_train_configured_backend.py") == []
+    assert findings(PROJECT / "clean_train_configured_device.py") == []
+
+
 def test_a_save_under_a_test_out_of_sight_is_a_note():
     """Precision where the evidence passes through what the checker cannot read
     (review10_guards.py): a save under a call of an installed package, under a flag of an

@@ -665,6 +665,36 @@ class Project:
                 return found
         return None
 
+    def klass(self, module, level, folder, name, depth, hops=0):
+        """(Checker, class) of the class `name` of module `module` of the project, through a
+        package's re-exports (`from .convnet import ConvNet` in its __init__); None elsewhere."""
+        path = self.find(module, level, folder)
+        checker = self.load(path, depth) if path is not None and depth <= MAX_DEPTH + 2 else None
+        if checker is None:
+            return None
+        found = next((n for n in checker.tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if found is not None:
+            return checker, found
+        entry = checker.imports.get(name)
+        if hops < 3 and entry is not None and entry[0] == "from":
+            return self.klass(entry[1], entry[3], checker.folder, entry[2], depth, hops + 1)
+        return None
+
+    def package_classes(self, module, level, folder, depth):
+        """[(Checker, class)]: the classes a package of the project exports from its __init__
+        (`from .cgcnn import CGCNN`, ...): what `getattr(models, name)(...)` can build."""
+        path = self.find(module, level, folder)
+        checker = self.load(path, depth) if path is not None else None
+        if checker is None:
+            return []
+        out = [(checker, n) for n in checker.tree.body if isinstance(n, ast.ClassDef)]
+        for local, entry in checker.imports.items():
+            if entry[0] == "from" and entry[2] == local and local[:1].isupper():
+                found = self.klass(entry[1], entry[3], checker.folder, entry[2], depth)
+                if found is not None:
+                    out.append(found)
+        return out
+
     def add_paths(self, checker):
         """Folders of the project that the script adds to sys.path before its imports, itself
         or through a module it imports (`import _init_paths`, whose `add_path(lib_path)` does
@@ -1908,11 +1938,15 @@ class Checker:
             except (RecursionError, ValueError):
                 continue
             checker.distributed = True  # it runs in this script's DDP job
-            checker.entry_wraps = bool(self.ddp_calls) and not self.attrs & {"no_sync",
-                                                                           "require_backward_grad_sync"}
+            checker.entry_wraps = bool(self.ddp_calls) and not self.attrs & {
+                "no_sync", "require_backward_grad_sync"} and not self.syncs_in_reach()
             where = self.project.where(path)
             for line, _, code, severity, message, _ in checker.check():
-                if code not in FOLLOWED_CODES or any(f"{where}:{line}" in f[4] for f in self.findings):
+                if code not in FOLLOWED_CODES and not (
+                        code == "DDP070" and checker.ddp_calls and not self.attrs & {
+                            "SyncBatchNorm", "convert_sync_batchnorm"}):  # the module wraps the model
+                    continue
+                if any(f"{where}:{line}" in f[4] for f in self.findings):
                     continue
                 function, call = next(((f, c) for f, c in reached
                                        if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
@@ -3499,6 +3533,8 @@ class Checker:
             if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
                     and "sync" in last(node.context_expr).lower() and node.context_expr.args:
                 return  # a no_sync helper of the project: with ddp_sync(ddp, last_round):
+        if self.syncs_in_reach():
+            return  # no_sync in a module of the project the script reaches: out of this rule's sight
         said = []  # the loops said: an inner micro-batch loop first, never the loop around it too
         loops = [n for n in self.nodes if isinstance(n, (ast.For, ast.While))]
         for loop in sorted(loops, key=lambda n: -len(list(self.ancestors(n)))):
@@ -3508,7 +3544,64 @@ class Checker:
             self.no_sync_loop(loop)
             if len(self.findings) > count:
                 said.append(loop)
+        self.no_sync_functions(said)
         self.no_sync_helpers()
+
+    def syncs_in_reach(self):
+        """A module of the project that the script reaches names no_sync or require_backward_grad_sync."""
+        for path in {path for path, _, _ in self.deep_reach()}:
+            try:
+                text = Path(path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "no_sync" in text or "require_backward_grad_sync" in text:
+                return True
+        return False
+
+    def no_sync_functions(self, said):
+        """DDP050 on a function called once per micro-batch (a trainer's `step(batch, i)`):
+        backward() on every call, the optimizer step only under a counter's test
+        (`i % k == 0`, `self.accum_count >= k`), wherever the loop that calls it is."""
+        for function in (n for n in self.nodes if isinstance(n, FUNCTION)):
+            if any(function in self.ancestors(loop) or loop in self.ancestors(function) for loop in said):
+                continue
+            calls = [n for n in self.own_nodes(function) if isinstance(n, ast.Call)]
+            backwards = [c for c in calls if self.is_backward(c) and self.every_call(c, function)]
+            steps = [c for c in calls if self.is_optimizer_step(c)]
+            if not backwards or not steps:
+                continue
+            counters = {dotted(n.target) for n in self.own_nodes(function)
+                        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)}
+            if all(s.lineno > backwards[0].lineno and any(
+                    isinstance(a, ast.If) and self.counter_test(a.test, counters)
+                    for a in self.between(s, function)) for s in steps):
+                self.add("DDP050", backwards[0], f"{function.name}() runs backward() on every call and "
+                         "steps the optimizer only when a counter says so: each call's backward() "
+                         "all-reduces; wrap all but the last micro-batch in model.no_sync()")
+
+    def every_call(self, node, function):
+        """`node` runs on every call of `function`: in no loop of it, and each `if` around it
+        has a backward() on its other side too (`scaler.scale(loss).backward()` else `loss.backward()`)."""
+        for a in self.between(node, function):
+            if isinstance(a, (ast.For, ast.While, ast.Try) + SCOPE):
+                return False
+            if isinstance(a, ast.If):
+                inside = any(node is n for s in a.body for n in ast.walk(s))
+                other = a.orelse if inside else a.body
+                if not any(isinstance(n, ast.Call) and self.is_backward(n)
+                           for s in other for n in ast.walk(s)):
+                    return False
+        return True
+
+    def counter_test(self, test, counters):
+        """A test of a micro-batch counter: `i % k == 0`, or a comparison of a name that counts
+        micro-batches (accum, micro) or that the function adds to (`self.count += 1`)."""
+        if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test)):
+            return True
+        return any(isinstance(n, ast.Compare) and any(
+            isinstance(o, (ast.Name, ast.Attribute)) and (
+                dotted(o) in counters or re.search(r"accum|micro", last(o).lower()))
+            for o in [n.left, *n.comparators]) for n in ast.walk(test))
 
     def no_sync_loop(self, loop):
         """DDP050 on one loop: backward() on every micro-batch, the step after several."""
@@ -3704,12 +3797,148 @@ class Checker:
         fixed = {"SyncBatchNorm", "convert_sync_batchnorm"} & (self.attrs | self.names)
         if not self.ddp_calls or fixed:
             return
+        self.batchnorm_in_classes()
         for call in self.calls:
             if re.fullmatch(r"BatchNorm[123]d", last(call)):
                 self.add("DDP070", call, f"{last(call)} in a DDP model without SyncBatchNorm: "
                          "each rank normalizes with its own batch's statistics; "
                          "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
                          "you mean")
+
+    BATCHNORM = re.compile(r"BatchNorm[123]d")
+
+    def batchnorm_in_classes(self):
+        """DDP070 for a model built from a class of the project (`from model import ConvNet`,
+        `getattr(models, name)(...)` over a package of the project): BatchNorm layers its
+        __init__ builds, or the project classes it builds do, three levels down. Quiet where
+        something in reach converts to SyncBatchNorm or freezes BatchNorm, and where the class is
+        out of sight (a registry, an installed package)."""
+        if self.project is None or self.depth >= MAX_DEPTH or any(
+                self.BATCHNORM.fullmatch(last(c)) for c in self.calls):
+            return  # the project is not read; or the layers are this file's own, said at each
+        if self.reach_says(("SyncBatchNorm", "convert_sync_batchnorm")):
+            return
+        for call in self.ddp_calls:
+            model = call.args[0] if call.args else keyword(call, "module")
+            built = self.built_from(model, self.function_of(call))
+            if built is None:
+                continue
+            if isinstance(built, ast.Call) and last(built) == "getattr" and built.args:
+                candidates = self.package_of(built.args[0])
+                found = [(c, k, self.batchnorm_of(c, k)) for c, k in candidates]
+                found = [f for f in found if f[2] is not None]
+                if candidates and len(found) == len(candidates):
+                    self.add("DDP070", call, f"the model is one of the classes {self.package_name(built)} "
+                             f"exports, and each builds BatchNorm ({found[0][1].name}: "
+                             f"{self.at(found[0][0], found[0][2])}): without SyncBatchNorm each rank "
+                             "normalizes with its own batch's statistics; "
+                             "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP")
+                elif found:  # which class runs is a name out of sight: some have BatchNorm
+                    names = ", ".join(k.name for _, k, _ in found[:3])
+                    self.add("DDP070", call, f"the model is one of the classes {self.package_name(built)} "
+                             f"exports, chosen by a name this file does not fix; {len(found)} of "
+                             f"{len(candidates)} build BatchNorm ({names}): if it is one of them, each rank "
+                             "normalizes with its own batch's statistics without SyncBatchNorm", "note")
+                continue
+            resolved = self.project_class(built)
+            if resolved is None:
+                continue
+            layer = self.batchnorm_of(*resolved)
+            if layer is not None:
+                self.add("DDP070", call, f"the model is a {resolved[1].name}, whose {last(layer)} "
+                         f"({self.at(resolved[0], layer)}) runs in the DDP model without SyncBatchNorm: "
+                         "each rank normalizes with its own batch's statistics; "
+                         "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
+                         "you mean")
+
+    def reach_says(self, words):
+        """A module of the project that this script reaches or imports holds one of `words`."""
+        paths = {path for path, _, _ in self.deep_reach()} | set(self.project.read if self.project else ())
+        for path in paths:
+            try:
+                text = Path(path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if any(w in text for w in words):
+                return True
+        return False
+
+    def built_from(self, model, scope, depth=0):
+        """The call that builds the model DDP wraps: `ConvNet()`, `getattr(models, name)(...)`,
+        through names and `.to(device)`/`.cuda()`; None where there are several or none."""
+        while isinstance(model, ast.Call) and isinstance(model.func, ast.Attribute) \
+                and model.func.attr in ("to", "cuda", "cpu", "float", "double", "half", "train"):
+            model = model.func.value
+        if isinstance(model, ast.Call):
+            return model.func if isinstance(model.func, ast.Call) and last(model.func) == "getattr" else model
+        if isinstance(model, (ast.Name, ast.Attribute)) and depth < 4:
+            values = [v for v in self.assigned(dotted(model), scope) if not (isinstance(v, ast.Call) and any(
+                dotted(a) == dotted(model) for a in v.args))]  # model = DDP(model): a wrap, not a build
+            builds = {ast.dump(b) for b in (self.built_from(v, scope, depth + 1) for v in values)
+                      if b is not None}
+            if len(builds) == 1:
+                return self.built_from(values[-1], scope, depth + 1) if len(values) == 1 else next(
+                    b for b in (self.built_from(v, scope, depth + 1) for v in values) if b is not None)
+        return None
+
+    def project_class(self, call):
+        """(Checker, class) of the class of the project that `call` builds: imported (`from
+        model import ConvNet`, `models.ConvNet(...)`); None for this file's classes and the rest."""
+        name = dotted(call.func)
+        head, *rest = name.split(".") if name else [""]
+        entry = self.imports.get(head)
+        if entry is None or self.shadowed(head, call):
+            return None
+        kind, module, imported, level = entry
+        if kind == "from" and not rest:
+            return self.project.klass(module, level, self.folder, imported, self.depth + 1)
+        if kind == "from" and len(rest) == 1:  # from pkg import models: models.ConvNet()
+            return self.project.klass(".".join(p for p in (module, imported) if p), level, self.folder,
+                                      rest[0], self.depth + 1)
+        if kind == "import" and rest:
+            full = (module.split(".") if module != head else [head]) + rest
+            return self.project.klass(".".join(full[:-1]), 0, self.folder, full[-1], self.depth + 1)
+        return None
+
+    def package_of(self, node):
+        """The classes a package of the project exports, for `getattr(models, name)`."""
+        name = dotted(node)
+        entry = self.imports.get(name) if name and "." not in name else None
+        if entry is None:
+            return []
+        kind, module, imported, level = entry
+        full = ".".join(p for p in (module, imported) if p) if kind == "from" else module
+        return self.project.package_classes(full, level, self.folder, self.depth + 1)
+
+    @staticmethod
+    def package_name(getattr_call):
+        return f"`{dotted(getattr_call.args[0])}`"
+
+    def batchnorm_of(self, checker, cls, depth=0):
+        """The first BatchNorm layer call that class `cls` (of `checker`'s module) builds, itself
+        or through the classes of the project it builds; None if none, or if its module freezes
+        BatchNorm (an isinstance test on it, `.eval()`) or converts it."""
+        text = ast.unparse(cls)
+        if re.search(r"SyncBatchNorm|FrozenBatchNorm|isinstance\([^)]*BatchNorm", text):
+            return None
+        calls = [n for n in ast.walk(cls) if isinstance(n, ast.Call)]
+        for call in calls:
+            if self.BATCHNORM.fullmatch(last(call)):
+                return call
+        if depth >= 2:
+            return None
+        for call in calls:
+            inner = last(call)
+            if inner in checker.classes and checker.classes[inner] is not cls:
+                found = self.batchnorm_of(checker, checker.classes[inner], depth + 1)
+            elif inner[:1].isupper() and checker.project is not None:
+                resolved = checker.project_class(call)
+                found = self.batchnorm_of(*resolved, depth + 1) if resolved is not None else None
+            else:
+                found = None
+            if found is not None:
+                return found
+        return None
 
     def rule_module_call(self):
         for call in self.calls:
@@ -4171,6 +4400,11 @@ class Checker:
             if last(call) != "init_process_group":  # device_id= binds the group, not the current GPU
                 continue
             backend = call.args[0] if call.args else keyword(call, "backend")
+            if backend is not None and not any(
+                    isinstance(n, ast.Constant) and re.search(r"(?i)nccl|gloo|mpi|ucc", str(n.value))
+                    for value in self.parameter_values(backend, call) for n in ast.walk(value)):
+                self.configured_backend(call, backend)  # h.dist_config['dist_backend'], args.backend
+                continue
             if backend is None or not any(isinstance(n, ast.Constant) and "nccl" in str(n.value)
                                           for value in self.parameter_values(backend, call)
                                           for n in ast.walk(value)):
@@ -4211,6 +4445,86 @@ class Checker:
                  "and no torch.cuda.set_device anywhere in the project's code this script reaches: every "
                  "rank's current GPU is GPU 0, where the *_object collectives put their tensors; call "
                  "torch.cuda.set_device(local_rank) before init_process_group")
+
+    CONFIG_FILES = (".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".py")
+
+    def configured_backend(self, call, backend):
+        """DDP131 where the backend is not a literal: `init_process_group(backend=cfg['dist_backend'])`,
+        a model put on cuda, and no set_device in any module of the project the script reaches.
+        A warning where every value the project's files give that key (its config files, the
+        option's default) is nccl; a note where none is found."""
+        if self.module or self.followed or self.project is None:
+            return
+        uses_cuda = any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                        and n.value.startswith("cuda") for n in self.nodes) \
+            or any(last(c) == "cuda" for c in self.calls)
+        paths = {self.path.resolve()} | {p for p, _, _ in self.deep_reach()}
+        if not uses_cuda or any(
+                (isinstance(n, ast.Attribute) and n.attr == "set_device")
+                or (isinstance(n, ast.Call) and dotted(n.func).endswith("cuda.device"))
+                or (isinstance(n, ast.Constant) and n.value == "CUDA_VISIBLE_DEVICES")
+                or (isinstance(n, ast.keyword) and n.arg == "device_id")
+                for path in paths for tree in [parse_module(path)] if tree is not None
+                for n in ast.walk(tree)):
+            return  # no GPU in this file, or a device set, bound or picked where the checker cannot order it
+        key = backend.attr if isinstance(backend, ast.Attribute) else None
+        if isinstance(backend, ast.Subscript) and isinstance(backend.slice, ast.Constant):
+            key = backend.slice.value
+        values, where = set(), []
+        if isinstance(backend, ast.Attribute) and self.is_option(key):
+            default = self.option_default(key)
+            if isinstance(default, ast.Constant) and isinstance(default.value, str):
+                values.add(default.value.lower())
+                where.append("its option's default")
+        if isinstance(key, str) and key.isidentifier() and not values:
+            pattern = re.compile(r"[\"']?\b" + re.escape(key) + r"\b[\"']?\s*[:=]\s*[\"']([\w:,]+)[\"']")
+            for path in self.project_files():
+                try:
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                found = {v.lower() for v in pattern.findall(text)
+                         if re.search(r"(?i)nccl|gloo|mpi|ucc", v)}
+                if found:
+                    values |= found
+                    where.append(self.project.where(path))
+        expr = ast.unparse(backend)
+        if values and all("nccl" in v for v in values):
+            shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+            self.add("DDP131", call, f"the backend is `{expr}`, and every value the project gives it is nccl "
+                     f"({shown}); no torch.cuda.set_device anywhere this script reaches: every rank's "
+                     "current GPU is GPU 0, where the *_object collectives put their tensors; call "
+                     "torch.cuda.set_device(local_rank) before init_process_group", "warning")
+        elif not values:
+            self.add("DDP131", call, f"the backend is `{expr}`, which this file does not fix, and the model "
+                     "goes to cuda with no torch.cuda.set_device anywhere this script reaches: with nccl, "
+                     "every rank's current GPU is GPU 0; call torch.cuda.set_device(local_rank) before "
+                     "init_process_group", "note")
+
+    def project_files(self, limit=400, folders=300):
+        """The project's text files that may hold its settings (configs, Python): the script's
+        folder first, then the project's top; at most `limit` files from `folders` folders, never
+        version control or installed packages."""
+        if "project_files" not in self._memo:
+            out, seen, visited = [], set(), 0
+            for top in dict.fromkeys([self.path.resolve().parent, self.project.top]):
+                for folder, dirs, files in os.walk(top):
+                    visited += 1
+                    dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in INSTALLED
+                                     and d not in ("node_modules", "__pycache__"))
+                    for name in sorted(files):
+                        path = Path(folder) / name
+                        if name.endswith(self.CONFIG_FILES) and path not in seen and len(out) < limit:
+                            seen.add(path)
+                            try:
+                                if path.stat().st_size < 200_000:
+                                    out.append(path)
+                            except OSError:
+                                continue
+                    if len(out) >= limit or visited >= folders:
+                        break
+            self._memo["project_files"] = out
+        return self._memo["project_files"]
 
     def parameter_values(self, expr, node):
         """`expr`, or where it is a parameter of the function around `node`, what the file's
