@@ -508,8 +508,9 @@ def test_batchnorm_inside_the_projects_model_classes():
     """Review 10's M9 (DDP070): the DDP model is built from a class of the project
     (`from nets import PlainNet`), whose blocks build BatchNorm2d: a warning that names the
     layer's file and line. Picked by name from a package (`getattr(nets, name)()`) where only
-    some classes have BatchNorm: a note. Quiet: BatchNorm kept in eval mode, GroupNorm, no
-    norm, a registry lookup, and a helper of the project that converts to SyncBatchNorm."""
+    some classes have BatchNorm: a note. Quiet: BatchNorm kept in eval mode (by the class or
+    by the script), GroupNorm, no norm, a registry lookup, and a helper of the project that
+    converts to SyncBatchNorm."""
     models = PROJECT / "train_project_models.py"
     assert found_in(models) == expected_in(models) == {(15, "DDP070", False), (17, "DDP070", True)}
     said = {f["line"]: f["message"] for f in findings(models)}
