@@ -524,15 +524,19 @@ def test_batchnorm_inside_the_projects_model_classes():
 def test_nccl_named_by_a_config_file():
     """Review 10's M10 (DDP131): `init_process_group(backend=settings["launch_backend"])`, the
     model on cuda and no set_device anywhere; every value the project's files give that key is
-    nccl: a warning that names the file it read. A backend from an option with no default: a
-    note. Quiet: the option's default is gloo; set_device called."""
+    nccl: a warning that names the file it read. A parameter given an option whose default is
+    nccl: a warning. A backend from an option with no default: a note. Quiet: the option's
+    default is gloo; set_device called."""
     entry = PROJECT / "train_configured_backend.py"
-    assert found_in(entry) == expected_in(entry) == {(17, "DDP131", False), (23, "DDP131", True)}
+    assert found_in(entry) == expected_in(entry) == {(18, "DDP131", False), (24, "DDP131", True),
+                                                     (29, "DDP131", False)}
     said = {f["line"]: f for f in findings(entry)}
-    assert said[17]["severity"] == "warning"
-    assert said[17]["message"].startswith("the backend is `settings['launch_backend']`, and every value the "
-                                          "project gives it is nccl (launch_configs/gpus.json)")
-    assert said[23]["message"].startswith("the backend is `args.group_kind`, which this file does not fix")
+    assert said[18]["severity"] == said[29]["severity"] == "warning"
+    assert said[18]["message"].startswith(
+        "the backend is `settings['launch_backend']`, nccl in every value the project's files give "
+        "`launch_backend` (launch_configs/gpus.json)")
+    assert said[24]["message"].startswith("the backend is `args.group_kind`, which this file does not fix")
+    assert said[29]["message"].startswith("the backend is `args.start_backend`, nccl by its option's default")
     assert findings(PROJECT / "clean_train_configured_backend.py") == []
     assert findings(PROJECT / "clean_train_configured_device.py") == []
 

@@ -4468,6 +4468,9 @@ class Checker:
                 for path in paths for tree in [parse_module(path)] if tree is not None
                 for n in ast.walk(tree)):
             return  # no GPU in this file, or a device set, bound or picked where the checker cannot order it
+        passed = [v for v in self.parameter_values(backend, call) if v is not backend]
+        if len(passed) == 1 and isinstance(passed[0], (ast.Attribute, ast.Subscript)):
+            backend = passed[0]  # def init(backend): ..., called as init(args.backend)
         key = backend.attr if isinstance(backend, ast.Attribute) else None
         if isinstance(backend, ast.Subscript) and isinstance(backend.slice, ast.Constant):
             key = backend.slice.value
@@ -4492,9 +4495,11 @@ class Checker:
         expr = ast.unparse(backend)
         if values and all("nccl" in v for v in values):
             shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
-            self.add("DDP131", call, f"the backend is `{expr}`, and every value the project gives it is nccl "
-                     f"({shown}); no torch.cuda.set_device anywhere this script reaches: every rank's "
-                     "current GPU is GPU 0, where the *_object collectives put their tensors; call "
+            source = "by its option's default" if where == ["its option's default"] else \
+                f"in every value the project's files give `{key}` ({shown})"
+            self.add("DDP131", call, f"the backend is `{expr}`, nccl {source}; no torch.cuda.set_device "
+                     "anywhere this script reaches: every rank's current GPU is GPU 0, where the *_object "
+                     "collectives put their tensors; call "
                      "torch.cuda.set_device(local_rank) before init_process_group", "warning")
         elif not values:
             self.add("DDP131", call, f"the backend is `{expr}`, which this file does not fix, and the model "

@@ -1,7 +1,8 @@
 """A group whose backend comes from a config file (for tests/test_check_ddp.py): the model
 goes to cuda, and no set_device anywhere. Every value the project's files give the key is
-nccl: DDP131 as a warning. A backend from an option with no default: a note. Written for
-the tests; never run: it only has to parse."""
+nccl: DDP131 as a warning. A backend from an option with no default: a note; one whose
+default is nccl, passed to a function's parameter: a warning. Written for the tests; never
+run: it only has to parse."""
 
 import argparse
 import json
@@ -24,11 +25,18 @@ def other(args):
     return nn.Linear(8, 1).cuda()
 
 
+def start(kind):
+    dist.init_process_group(kind)  # expect: DDP131
+    return nn.Linear(8, 1).to("cuda")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
     parser.add_argument("--group-kind")
     parser.add_argument("--local-rank", type=int, default=0)
+    parser.add_argument("--start-backend", default="nccl")
     args = parser.parse_args()
     main(args.config, args.local_rank)
     other(args)
+    start(args.start_backend)
