@@ -509,8 +509,8 @@ def test_batchnorm_inside_the_projects_model_classes():
     (`from nets import PlainNet`), whose blocks build BatchNorm2d: a warning that names the
     layer's file and line. Picked by name from a package (`getattr(nets, name)()`) where only
     some classes have BatchNorm: a note. Quiet: BatchNorm kept in eval mode (by the class or
-    by the script), GroupNorm, no norm, a registry lookup, and a helper of the project that
-    converts to SyncBatchNorm."""
+    by the script), GroupNorm, no norm, a registry lookup, a helper of the project that
+    converts to SyncBatchNorm, apex's convert_syncbn_model."""
     models = PROJECT / "train_project_models.py"
     assert found_in(models) == expected_in(models) == {(15, "DDP070", False), (17, "DDP070", True)}
     said = {f["line"]: f["message"] for f in findings(models)}
@@ -519,17 +519,19 @@ def test_batchnorm_inside_the_projects_model_classes():
     assert "2 of 5 build BatchNorm (ConvBlock, PlainNet)" in said[17]
     assert findings(PROJECT / "clean_train_project_models.py") == []
     assert findings(PROJECT / "train_synced_project_model.py") == []
+    assert findings(PROJECT / "train_apex_synced_model.py") == []  # apex's convert_syncbn_model
 
 
 def test_nccl_named_by_a_config_file():
     """Review 10's M10 (DDP131): `init_process_group(backend=settings["launch_backend"])`, the
     model on cuda and no set_device anywhere; every value the project's files give that key is
-    nccl: a warning that names the file it read. A parameter given an option whose default is
-    nccl: a warning. A backend from an option with no default: a note. Quiet: the option's
-    default is gloo; set_device called."""
+    nccl (JSON, or a bare YAML value): a warning that names the file it read. A parameter
+    given an option whose default is nccl: a warning. A backend from an option with no
+    default: a note. Quiet: the option's default is gloo; a settings line that names nccl and
+    gloo; set_device called."""
     entry = PROJECT / "train_configured_backend.py"
     assert found_in(entry) == expected_in(entry) == {(18, "DDP131", False), (24, "DDP131", True),
-                                                     (29, "DDP131", False)}
+                                                     (29, "DDP131", False), (34, "DDP131", False)}
     said = {f["line"]: f for f in findings(entry)}
     assert said[18]["severity"] == said[29]["severity"] == "warning"
     assert said[18]["message"].startswith(
@@ -537,6 +539,9 @@ def test_nccl_named_by_a_config_file():
         "`launch_backend` (launch_configs/gpus.json)")
     assert said[24]["message"].startswith("the backend is `args.group_kind`, which this file does not fix")
     assert said[29]["message"].startswith("the backend is `args.start_backend`, nccl by its option's default")
+    assert "nccl in every value the project's files give `node_backend` (launch_configs/nodes.yaml)" \
+        in said[34]["message"]
+    assert findings(PROJECT / "clean_train_configured_backend.py") == []  # "nccl" if ... else "gloo"
     assert findings(PROJECT / "clean_train_configured_backend.py") == []
     assert findings(PROJECT / "clean_train_configured_device.py") == []
 

@@ -3816,7 +3816,7 @@ class Checker:
         if self.project is None or self.depth >= MAX_DEPTH or any(
                 self.BATCHNORM.fullmatch(last(c)) for c in self.calls):
             return  # the project is not read; or the layers are this file's own, said at each
-        if self.reach_says(("SyncBatchNorm", "convert_sync_batchnorm")) or any(
+        if self.reach_says(re.compile(r"(?i)sync_?batch_?norm|sync_?bn")) or any(
                 last(c) == "isinstance" and "BatchNorm" in ast.unparse(c) for c in self.calls):
             return  # converted in reach, or the script tests for BatchNorm itself (to freeze it)
         for call in self.ddp_calls:
@@ -3852,15 +3852,16 @@ class Checker:
                          "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
                          "you mean")
 
-    def reach_says(self, words):
-        """A module of the project that this script reaches or imports holds one of `words`."""
+    def reach_says(self, pattern):
+        """This file, or a module of the project that it reaches or imports, matches `pattern`
+        (SyncBatchNorm, apex's convert_syncbn_model, a `sync_bn` option)."""
         paths = {path for path, _, _ in self.deep_reach()} | set(self.project.read if self.project else ())
-        for path in paths:
+        for path in paths | ({self.path} if self.path else set()):
             try:
                 text = Path(path).read_text(encoding="utf-8", errors="replace")
             except OSError:
                 continue
-            if any(w in text for w in words):
+            if pattern.search(text):
                 return True
         return False
 
@@ -4481,14 +4482,18 @@ class Checker:
                 values.add(default.value.lower())
                 where.append("its option's default")
         if isinstance(key, str) and key.isidentifier() and not values:
-            pattern = re.compile(r"[\"']?\b" + re.escape(key) + r"\b[\"']?\s*[:=]\s*[\"']([\w:,]+)[\"']")
+            pattern = re.compile(r"\b" + re.escape(key) + r"\b[\"']?\s*(?::|=(?!=))(.*)")  # not ==
             for path in self.project_files():
                 try:
                     text = path.read_text(encoding="utf-8", errors="replace")
                 except OSError:
                     continue
-                found = {v.lower() for v in pattern.findall(text)
-                         if re.search(r"(?i)nccl|gloo|mpi|ucc", v)}
+                found = set()
+                for rest in pattern.findall(text):  # every backend the line names: "nccl" if ... else "gloo"
+                    bare = re.fullmatch(r"\s*(nccl|gloo|mpi|ucc)\s*(#.*)?", rest, re.I)  # YAML: key: nccl
+                    found |= {v.lower() for v in re.findall(r"[\"']([^\"'\n]*)[\"']", rest)
+                              if re.search(r"(?i)nccl|gloo|mpi|ucc", v)}
+                    found |= {bare.group(1).lower()} if bare else set()
                 if found:
                     values |= found
                     where.append(self.project.where(path))

@@ -30,6 +30,11 @@ def start(kind):
     return nn.Linear(8, 1).to("cuda")
 
 
+def on_nodes(settings):
+    dist.init_process_group(settings["node_backend"])  # expect: DDP131
+    return nn.Linear(8, 1).to("cuda")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
@@ -40,3 +45,4 @@ if __name__ == "__main__":
     main(args.config, args.local_rank)
     other(args)
     start(args.start_backend)
+    on_nodes(vars(args))
