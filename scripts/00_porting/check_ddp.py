@@ -3548,15 +3548,10 @@ class Checker:
         self.no_sync_helpers()
 
     def syncs_in_reach(self):
-        """A module of the project that the script reaches names no_sync or require_backward_grad_sync."""
-        for path in {path for path, _, _ in self.deep_reach()}:
-            try:
-                text = Path(path).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            if "no_sync" in text or "require_backward_grad_sync" in text:
-                return True
-        return False
+        """A function of the project that the script reaches uses no_sync or
+        require_backward_grad_sync (not the rest of its module: code this script never runs)."""
+        return any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
+                   for _, function, _ in self.deep_reach() for n in ast.walk(function))
 
     def no_sync_functions(self, said):
         """DDP050 on a function called once per micro-batch (a trainer's `step(batch, i)`):
