@@ -563,6 +563,28 @@ def test_a_save_under_a_test_out_of_sight_is_a_note():
     assert said[46].startswith("torch.save under `if self.writes:`")
 
 
+def test_a_sampler_and_a_dtype_followed_into_the_projects_classes():
+    """A seventh review's denoiser and OLMo shapes (project/train_review10_lab.py): a shuffling
+    sampler from a project helper whose loader a solver class keeps, reads through a wrapper
+    and tells `loader.epoch = epoch` (an attribute torch never reads): DDP030 at the helper's
+    call. A config property that returns float16 in one branch, no GradScaler in reach: a
+    DDP060 warning, in the solver's step and where the property is passed to a parameter; a
+    dtype named at run time, with float16 in the project: a note. Quiet (clean_review10_lab.py):
+    the sampler's `epoch` set itself; a property that returns no float16."""
+    lab = PROJECT / "train_review10_lab.py"
+    assert found_in(lab) == expected_in(lab) == {
+        (20, "DDP060", False), (26, "DDP060", True), (38, "DDP030", False), (43, "DDP060", False)}
+    said = {f["line"]: f["message"] for f in findings(lab)}
+    assert "its loader goes to Solver() (lab/solver.py), whose epoch loop (lab/solver.py:15) reaches no " \
+        "set_epoch() (lab/solver.py:20 sets `loader.epoch`, which torch never reads)" in said[38]
+    assert said[43].startswith("lab/solver.py:22: autocast's dtype `self.cfg.amp_dtype` can be float16 "
+                               "(config.py:14 returns torch.float16) and no GradScaler is in reach")
+    assert said[20].startswith("autocast's dtype `cfg.amp_dtype` (passed at line 40) can be float16 "
+                               "(lab/config.py:14 returns torch.float16)")
+    assert said[26].startswith("autocast's dtype `getattr(torch, cfg.dtype_name)` is out of the checker's sight")
+    assert findings(PROJECT / "clean_review10_lab.py") == []
+
+
 def test_an_entry_that_names_torch_distributed_is_distributed(capsys):
     """A sixth review's torchtitan shape (project/clean_review9_entry.py): a trainer made from
     a config, out of sight, and torch.distributed called through `import torch` alone. Not 'no

@@ -473,6 +473,9 @@ def has_variants(tree):
 MAX_MODULES = 50  # project modules read for one checked file, at most
 MAX_DEPTH = 2  # the script's imports (1), and theirs (2)
 # what wraps a loader to read it, and never calls its sampler's set_epoch: progress bars, itertools
+# training frameworks that call set_epoch on the loaders they are given
+FRAMEWORKS = {"accelerate", "lightning", "pytorch_lightning", "deepspeed", "ignite", "composer", "mmengine",
+              "mmcv", "detectron2", "transformers", "fairseq", "speechbrain", "catalyst", "torchtnt", "timm"}
 ITERATORS = {"tqdm", "trange", "track", "islice", "cycle", "chain", "tee"}
 INSTALLED = {"site-packages", "dist-packages"}  # folders of installed packages: never followed
 _PARSED = {}  # path -> (mtime, size, tree or None): each module parsed once per process
@@ -718,7 +721,7 @@ class Project:
 
 
 FOLLOWED_FILES = 8  # modules checked by rule_followed for one script, at most
-FOLLOWED_LINES = 3000  # and their lines, at most
+FOLLOWED_LINES = 6000  # and their lines, at most
 FOLLOWED_CALLS = {"torch.save", "torch.load", "backward", "DataLoader", "autocast", "init_process_group",
                   "DistributedSampler", "all_reduce", "all_gather"}  # a module worth its time holds one
 # what rule_followed may say of a module of the project: not what hangs on where the module's
@@ -941,6 +944,9 @@ class Reach:
                         for t in v.targets:
                             if isinstance(t, ast.Name):
                                 made.setdefault(t.id, []).append(v.value)
+                    if isinstance(v, ast.withitem) and isinstance(v.context_expr, ast.Call) \
+                            and isinstance(v.optional_vars, ast.Name):  # with Trainer(...) as trainer:
+                        made.setdefault(v.optional_vars.id, []).append(v.context_expr)
             makers = self.names[("made", id(scope))].get(node.value.id, [])
             for where, cls in (c for m in makers for c in self.made(path, m)):
                 for name in methods(cls) if owner is not None else [node.attr]:
@@ -1938,6 +1944,7 @@ class Checker:
             except (RecursionError, ValueError):
                 continue
             checker.distributed = True  # it runs in this script's DDP job
+            checker.entry_near = self.near_modules()  # the script's modules: its config's properties
             checker.entry_wraps = bool(self.ddp_calls) and not self.attrs & {
                 "no_sync", "require_backward_grad_sync"} and not self.syncs_in_reach()
             where = self.project.where(path)
@@ -2570,10 +2577,17 @@ class Checker:
             shuffle = self.sampler_option(call, "shuffle", 3)
             if shuffle is not None and is_false(shuffle):
                 continue  # no shuffle: the epoch changes nothing
-            if self.handed_elsewhere(call):
-                continue  # given to a function of another file, which may call set_epoch
             if self.evaluated(call) == "yes":
                 continue  # an evaluation's sampler: its order changes nothing (DDP031 has it)
+            if self.handed_elsewhere(call) or not self.epoch_loop() and self.reread(call) is None:
+                # given to a function of another file, which may call set_epoch: said only where
+                # that is the project's code, whose epoch loop is in sight and calls it nowhere
+                deep = self.deep_epoch_loop(call)
+                if deep is not None:
+                    self.add("DDP030", call, f"{self.sampler_word(call)} shuffles, but set_epoch() is never "
+                             f"called: its loader goes to {deep}; every epoch draws the same order; call "
+                             "sampler.set_epoch(epoch) at the start of each epoch")
+                continue
             if self.epoch_loop():
                 self.add("DDP030", call, f"{self.sampler_word(call)} shuffles, but set_epoch() is never "
                          "called: every epoch draws the same order; call sampler.set_epoch(epoch) at the "
@@ -2584,6 +2598,64 @@ class Checker:
                 self.add("DDP030", call, f"{self.sampler_word(call)} shuffles, but set_epoch() is never "
                          f"called, and its loader is read again and again ({again}): every pass draws the "
                          "same order; call sampler.set_epoch(n) before each pass, n the pass's number")
+
+    def deep_epoch_loop(self, sampler_call):
+        """Where a loader on this sampler goes, in words, when it goes only to the project's code
+        (besides len(), tqdm() and the like), which loops over epochs in a function the script
+        reaches, and no module read on the way calls set_epoch, sets a sampler's `epoch`, or
+        imports a training framework (which may call set_epoch itself); None otherwise. An
+        `epoch` attribute set on a loader or a dataset is named: torch never reads it."""
+        if self.module or self.project is None or self.path is None:
+            return None
+        names = self.holders(sampler_call)
+        reach, here, receivers = self.project.reach, self.path.resolve(), []
+        for call in self.calls:
+            if not any(isinstance(v, ast.Name) and v.id in names
+                       for v in list(call.args) + [k.value for k in call.keywords]):
+                continue
+            if isinstance(call.func, ast.Name) and last(call) in BUILTINS or last(call) in ITERATORS:
+                continue
+            targets = reach.functions(here, self.function_of(call), call.func)
+            if not targets and self.resolve(call) is None:
+                return None  # a package's function, or one out of sight: it may call set_epoch
+            receivers.append(call)
+        deep = self.deep_reach()
+        if not receivers or not deep or len(deep) >= DEEP_UNITS \
+                or sum(v is not None for v in reach.index.values()) >= DEEP_MODULES:
+            return None  # nothing handed to the project, or a reach cut short: out of sight
+        paths = {p for p, _, _ in deep} | set(self.project.read)
+        for path in paths:
+            tree = parse_module(path)
+            for n in ast.walk(tree) if tree is not None else []:
+                if isinstance(n, (ast.Attribute, ast.Name)) and last(n) == "set_epoch" \
+                        or isinstance(n, ast.Attribute) and n.attr == "epoch" \
+                        and isinstance(n.ctx, ast.Store) and "sampler" in (dotted(n.value) or "").lower():
+                    return None  # set_epoch, or what it does (sampler.epoch = epoch), out of this file
+                if isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+                        (m or "").split(".")[0] in FRAMEWORKS
+                        for m in ([a.name for a in n.names] if isinstance(n, ast.Import) else [n.module])):
+                    return None
+        loops = [(p, n) for p, f, _ in deep for n in ast.walk(f) if isinstance(n, ast.For) and (
+            any(isinstance(t, ast.Name) and "epoch" in t.id.lower() for t in ast.walk(n.target))
+            or any(isinstance(t, (ast.Name, ast.Attribute)) and "epoch" in last(t).lower()
+                   for t in ast.walk(n.iter)))]
+        if not loops:
+            return None
+        loop = next((x for x in loops if isinstance(x[1].iter, ast.Call) and last(x[1].iter) == "range"),
+                    loops[0])  # for epoch in range(...): the training's loop, not a log's
+        first = receivers[0]
+        target = reach.functions(here, self.function_of(first), first.func)
+        whose = f" ({self.project.where(target[0][0])})" if target else ""
+        said = (f"{last(first)}(){whose}, whose epoch loop ({self.project.where(loop[0])}:{loop[1].lineno}) "
+                "reaches no set_epoch()")
+        stored = next(((p, n) for p, f, _ in deep for n in ast.walk(f) if isinstance(n, ast.Attribute)
+                       and n.attr == "epoch" and isinstance(n.ctx, ast.Store)
+                       and isinstance(n.value, ast.Name)
+                       and re.search(r"(?i)loader|data", n.value.id)), None)
+        if stored is not None:
+            said += (f" ({self.project.where(stored[0])}:{stored[1].lineno} sets `{dotted(stored[1])}`, "
+                     "which torch never reads)")
+        return said
 
     def reread(self, sampler_call):
         """How a loader on this sampler is read more than once, in words; None if it is not:
@@ -3766,6 +3838,105 @@ class Checker:
             if cuda_default or self.resolves_to_fp16(dtype, scope):
                 self.add("DDP060", call, "autocast in float16 and no GradScaler: gradients below 6e-8 "
                          "become 0; scale the loss with torch.amp.GradScaler, or use dtype=torch.bfloat16")
+                continue
+            if dtype is None or isinstance(dtype, ast.Constant) or self.names_a_dtype(dtype, scope) \
+                    or not any(isinstance(n, ast.Call) and self.is_backward(n) for n in ast.walk(scope)) \
+                    or self.near_scaler():
+                continue  # a dtype in sight (not float16), no backward beside it, or a loss scaler near
+            values = [(dtype, None)]
+            if isinstance(dtype, ast.Name) and isinstance(scope, FUNCTION) and dtype.id in self.params(scope):
+                values = self.arguments_for(scope, dtype.id) or values  # warm_up(model, x, cfg.amp_dtype)
+            unread = False
+            for value, site in values:
+                at = f" (passed at line {site.lineno})" if site is not None else ""
+                if site is not None and self.resolves_to_fp16(value, self.function_of(site)):
+                    self.add("DDP060", call, f"autocast in float16 (`{ast.unparse(value)[:40]}`{at}) and no "
+                             "GradScaler: gradients below 6e-8 become 0; scale the loss with "
+                             "torch.amp.GradScaler, or use dtype=torch.bfloat16")
+                    break
+                returned = None if self.names_a_dtype(value, self.function_of(site or call)) \
+                    else self.dtype_property(value)
+                if returned is not None and returned[1]:
+                    self.add("DDP060", call, f"autocast's dtype `{ast.unparse(value)[:40]}`{at} can be "
+                             f"float16 ({returned[0]}:{returned[1]} returns torch.float16) and no GradScaler "
+                             "is in reach: gradients below 6e-8 become 0 there; scale the loss with "
+                             "torch.amp.GradScaler, or use torch.bfloat16", "warning")
+                    break
+                unread = unread or returned is None and not self.names_a_dtype(
+                    value, self.function_of(site or call))
+            else:
+                named = self.near_fp16() if unread else None
+                if named is not None:  # a property read whole, with no float16 in it: quiet
+                    self.add("DDP060", call, f"autocast's dtype `{ast.unparse(dtype)[:40]}` is out of the "
+                             f"checker's sight, the project names float16 ({named}), and no GradScaler is in "
+                             "reach: if it can be float16, scale the loss with torch.amp.GradScaler", "note")
+
+    def names_a_dtype(self, node, scope):
+        """`node` is a dtype in sight that is not float16 (torch.bfloat16, a name bound to one)."""
+        values = [node] + (self.assigned(node.id, scope) if isinstance(node, ast.Name) else [])
+        return any(isinstance(n, ast.Attribute) and n.attr in ("bfloat16", "float32", "bf16")
+                   or isinstance(n, ast.Constant) and n.value in ("bfloat16", "bf16", "float32")
+                   for v in values for n in ast.walk(v))
+
+    def near_modules(self):
+        """[(path, tree)]: this file and the project's modules it imports (one step), and those
+        read for it: where a config property, a float16 or a loss scaler is looked for."""
+        if "near" in self._memo:
+            return self._memo["near"]
+        out = {self.path.resolve(): self.tree} if self.path is not None else {}
+        if self.project is not None and self.folder is not None:
+            paths = []
+            for kind, module, name, level in self.imports.values():
+                names = [module, ".".join(p for p in (module, name) if p)] if kind == "from" else [module]
+                paths += [self.project.find(n, level, self.folder) for n in names if n or level]
+            paths += sorted(self.project.read) + sorted(p for p, v in self.project.reach.index.items() if v)
+            for path in paths:
+                if path is not None and path not in out and len(out) < 40:
+                    tree = parse_module(path)
+                    if tree is not None:
+                        out[path] = tree
+        for path, tree in getattr(self, "entry_near", []):  # a module followed from a script: its too
+            out.setdefault(path, tree)
+        self._memo["near"] = list(out.items())
+        return self._memo["near"]
+
+    def near_scaler(self):
+        """A loss scaler in this file or a module near it: GradScaler, a scale/scale_loss call."""
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and last(n).endswith("GradScaler")
+                   or isinstance(n, ast.Call) and last(n) in ("scale", "scale_loss")
+                   for _, tree in self.near_modules() for n in ast.walk(tree))
+
+    def near_fp16(self):
+        """'file:line' where a module near this one names float16 (torch.float16, "fp16"); None."""
+        for path, tree in self.near_modules():
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Attribute) and n.attr == "float16" or isinstance(n, ast.Constant) \
+                        and n.value in ("float16", "fp16", "amp_fp16"):
+                    return f"{self.project.where(path) if self.project else path.name}:{n.lineno}"
+        return None
+
+    def dtype_property(self, node):
+        """For `cfg.amp_dtype` or `cfg.amp_dtype()`: the one function (a @property, say) of that
+        name in the modules near this one, if it is the only one and each value it returns is
+        read. ('file', line of a float16 it returns, or 0 if it returns none); None otherwise."""
+        target = node.func if isinstance(node, ast.Call) else node
+        if not isinstance(target, ast.Attribute):
+            return None
+        found = [(path, n) for path, tree in self.near_modules() for n in ast.walk(tree)
+                 if isinstance(n, FUNCTION) and n.name == target.attr]
+        if len(found) != 1:
+            return None  # none, or several: which one runs is out of sight
+        path, function = found[0]
+        returns = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
+        if not returns or any(r is None for r in returns):
+            return None
+        where = self.project.where(path) if self.project else path.name
+        for value in returns:
+            if isinstance(value, ast.Attribute) and value.attr in ("float16", "half"):
+                return where, value.lineno
+            if not (isinstance(value, ast.Attribute) and value.attr in ("bfloat16", "float32")):
+                return None  # a value not read: stay quiet
+        return where, 0
 
     def evaluation_without_backward(self, node):
         """`node` is in an evaluate()/validate()/test() that calls .eval(), runs no backward
