@@ -3001,6 +3001,109 @@ class Checker:
                 self.add("DDP031", call, "this DistributedSampler's loader goes to an evaluation of another "
                          "file: the sampler pads the shards with repeated samples, counted twice unless that "
                          "code drops them (one result per sample id)", "note")
+        for call, message in self.deep_padded_evals():
+            if not any(f[2] == "DDP031" and f[0] == call.lineno for f in self.findings):
+                self.add("DDP031", call, message)
+
+    def deep_padded_evals(self):
+        """[(the call of this file, message)] for a DataLoader on a padding DistributedSampler
+        that a function of the project builds (several calls deep: each a function that
+        returns what the next one built), kept in an object's field (`Evaluator(eval_loader=
+        loader)`), and read from that field (`iter(evaluator.eval_loader)`, a for loop) in an
+        evaluation the script reaches (under no_grad, or an eval() that calls .eval())."""
+        if self.module or self.project is None or self.followed or self.path is None:
+            return []
+        deep = self.deep_reach()
+        by_name = {}
+        for path, function, site in deep:
+            by_name.setdefault(function.name, []).append((path, function, site))
+        out = []
+        for path, function, site in deep:
+            loaders = [n for n in ast.walk(function) if isinstance(n, ast.Call) and last(n) == "DataLoader"]
+            for loader in loaders:
+                given = keyword(loader, "sampler")
+                made = [given] if isinstance(given, ast.Call) else [
+                    n.value for n in ast.walk(function) if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == given.id for t in n.targets)
+                ] if isinstance(given, ast.Name) else []
+                sampler = next((m for m in made if isinstance(m, ast.Call)
+                                and last(m) == "DistributedSampler"), None)
+                if sampler is None:
+                    continue
+                drop = sampler.args[5] if len(sampler.args) > 5 else keyword(sampler, "drop_last")
+                default = "" if drop is None or is_false(drop) else self.false_field(drop)
+                if default is None:
+                    continue  # drop_last set, or a value out of sight
+                field = self.loader_field(function, loader, by_name, 0)
+                read = self.field_read_in_evaluation(field, deep) if field is not None else None
+                if read is None:
+                    continue
+                where = f"{self.project.where(path)}:{sampler.lineno}"
+                out.append((site, f"the DistributedSampler that {function.name}() builds ({where}{default}) "
+                            f"pads the shards with repeated samples; its loader, kept in `.{field}`, is read "
+                            f"in {read}, an evaluation: repeated samples are counted twice; give rank r the "
+                            "samples range(r, N, world_size), or evaluate on rank 0 alone"))
+        return out
+
+    def false_field(self, node):
+        """', drop_last False by default, file:line' where `node` is `cfg.drop_last` and every
+        class field of that name in the modules near this one defaults to False; None otherwise."""
+        if not isinstance(node, ast.Attribute):
+            return None
+        fields = [(path, n) for path, tree in self.near_modules() for c in ast.walk(tree)
+                  if isinstance(c, ast.ClassDef) for n in c.body if isinstance(n, ast.AnnAssign)
+                  and isinstance(n.target, ast.Name) and n.target.id == node.attr]
+        if not fields or not all(n.value is not None and is_false(n.value) for _, n in fields):
+            return None
+        path, field = fields[0]
+        return f", {node.attr} False by default at {self.project.where(path)}:{field.lineno}"
+
+    def loader_field(self, function, node, by_name, hops):
+        """The field name of an object that keeps `node` (a loader made in `function`): a
+        keyword of a class called with it, in `function` or in the callers it is returned to."""
+        parents = {child: parent for parent in ast.walk(function) for child in ast.iter_child_nodes(parent)}
+        holder = parents.get(node)
+        values = [node]
+        if isinstance(holder, ast.Assign) and len(holder.targets) == 1 \
+                and isinstance(holder.targets[0], ast.Name):
+            name = holder.targets[0].id
+            values = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == name
+                      and isinstance(n.ctx, ast.Load)]
+        for value in values:
+            holder = parents.get(value)
+            if isinstance(holder, ast.keyword) and holder.arg and isinstance(parents.get(holder), ast.Call) \
+                    and last(parents[holder])[:1].isupper():
+                return holder.arg  # Evaluator(eval_loader=loader)
+            if isinstance(holder, ast.Return) and hops < 4 and len(by_name.get(function.name, [])) == 1:
+                for _, caller, _ in (t for ts in by_name.values() for t in ts):
+                    for call in (n for n in ast.walk(caller) if isinstance(n, ast.Call)
+                                 and last(n) == function.name and n is not node):
+                        found = self.loader_field(caller, call, by_name, hops + 1)
+                        if found is not None:
+                            return found
+        return None
+
+    def field_read_in_evaluation(self, field, deep):
+        """'eval() (file:line)' where a function the script reaches iterates `x.<field>` (a for
+        loop, or iter()/enumerate()/islice() of it) in an evaluation; None otherwise."""
+        if "loader" not in field.lower():
+            return None  # a field named for a loader only
+        for path, function, _ in deep:
+            reads = [n for n in ast.walk(function) if isinstance(n, ast.Attribute) and n.attr == field
+                     and isinstance(n.ctx, ast.Load)]
+            if not reads:
+                continue
+            checker = self.project.load(path, self.depth + 1)
+            if checker is None or not checker.parents:
+                continue
+            for read in reads:
+                holder = checker.parents.get(read)
+                iterated = isinstance(holder, ast.For) and holder.iter is read \
+                    or isinstance(holder, ast.Call) and read in holder.args \
+                    and last(holder) in ("iter", "enumerate", "islice", "tqdm")
+                if iterated and read in checker.parents and checker.in_evaluation(read, True):
+                    return f"{function.name}() ({self.project.where(path)}:{read.lineno})"
+        return None
 
     # -- DDP032: the whole evaluation set on every rank
     def rule_full_eval(self):

@@ -1,12 +1,14 @@
 """Quiet twins of train_review10_lab.py's shapes (for tests/test_check_ddp.py): a solver that
-sets the sampler's `epoch` itself (what set_epoch does); autocast dtypes from a config property
-that is never float16, passed in or read in the solver; bfloat16 named in sight. Written for
-the tests; never run: it only has to parse."""
+sets the sampler's `epoch` itself (what set_epoch does), and reads the scorers' loaders only
+to train; autocast dtypes from a config property that is never float16, passed in or read in
+the solver; bfloat16 named in sight. Written for the tests; never run: it only has to
+parse."""
 
 import torch
 import torch.distributed as dist
-from lab.config import RunConfig
+from lab.config import DataSettings, RunConfig
 from lab.data import make_loader
+from lab.evaluation import make_scorers
 from lab.steady_solver import SteadySolver
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -34,9 +36,11 @@ def main():
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 2))
     train_loader = make_loader(data, shuffle=True)
     loaders = {"train": train_loader}
+    held_out = TensorDataset(torch.randn(30, 8), torch.randn(30, 2))
+    scorers = make_scorers({"held_out": held_out}, DataSettings())
     warm_up(model, torch.randn(4, 8).cuda(), cfg.wide_dtype)
     tune(model, torch.randn(4, 8).cuda(), cfg)
-    solver = SteadySolver(loaders, model, optimizer, cfg)
+    solver = SteadySolver(loaders, model, optimizer, cfg, scorers)
     solver.fit()
 
 

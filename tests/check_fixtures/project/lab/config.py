@@ -1,4 +1,7 @@
-"""A run's settings: properties pick the autocast dtype from a precision word."""
+"""A run's settings: properties pick the autocast dtype from a precision word; the data
+settings keep drop_last off by default."""
+
+from dataclasses import dataclass
 
 import torch
 
@@ -19,3 +22,9 @@ class RunConfig:
         if self.precision == "fp32":
             return torch.float32
         return torch.bfloat16
+
+
+@dataclass
+class DataSettings:
+    batch_size: int = 8
+    drop_last: bool = False
