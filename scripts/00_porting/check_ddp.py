@@ -3050,9 +3050,8 @@ class Checker:
         class field of that name in the modules near this one defaults to False; None otherwise."""
         if not isinstance(node, ast.Attribute):
             return None
-        fields = [(path, n) for path, tree in self.near_modules() for c in ast.walk(tree)
-                  if isinstance(c, ast.ClassDef) for n in c.body if isinstance(n, ast.AnnAssign)
-                  and isinstance(n.target, ast.Name) and n.target.id == node.attr]
+        fields = [(path, n) for path, tree in self.near_modules()
+                  for n in self.tree_facts(tree)["fields"].get(node.attr, [])]
         if not fields or not all(n.value is not None and is_false(n.value) for _, n in fields):
             return None
         path, field = fields[0]
@@ -4003,19 +4002,40 @@ class Checker:
         self._memo["near"] = list(out.items())
         return self._memo["near"]
 
+    @staticmethod
+    def tree_facts(tree):
+        """What DDP031 and DDP060 look up in a module near the file, read once per tree: its
+        functions by name, its classes' annotated fields by name, whether it holds a loss
+        scaler (GradScaler, a scale/scale_loss call), and where it first names float16."""
+        key = id(tree)
+        if key not in _TREE_FACTS or _TREE_FACTS[key][0] is not tree:
+            defs, fields, scaler, fp16 = {}, {}, False, None
+            for n in ast.walk(tree):
+                if isinstance(n, FUNCTION):
+                    defs.setdefault(n.name, []).append(n)
+                elif isinstance(n, ast.ClassDef):
+                    for item in n.body:
+                        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                            fields.setdefault(item.target.id, []).append(item)
+                elif isinstance(n, (ast.Name, ast.Attribute)) and last(n).endswith("GradScaler") \
+                        or isinstance(n, ast.Call) and last(n) in ("scale", "scale_loss"):
+                    scaler = True
+                if fp16 is None and (isinstance(n, ast.Attribute) and n.attr == "float16" or isinstance(
+                        n, ast.Constant) and n.value in ("float16", "fp16", "amp_fp16")):
+                    fp16 = n.lineno
+            _TREE_FACTS[key] = (tree, {"defs": defs, "fields": fields, "scaler": scaler, "fp16": fp16})
+        return _TREE_FACTS[key][1]
+
     def near_scaler(self):
         """A loss scaler in this file or a module near it: GradScaler, a scale/scale_loss call."""
-        return any(isinstance(n, (ast.Name, ast.Attribute)) and last(n).endswith("GradScaler")
-                   or isinstance(n, ast.Call) and last(n) in ("scale", "scale_loss")
-                   for _, tree in self.near_modules() for n in ast.walk(tree))
+        return any(self.tree_facts(tree)["scaler"] for _, tree in self.near_modules())
 
     def near_fp16(self):
         """'file:line' where a module near this one names float16 (torch.float16, "fp16"); None."""
         for path, tree in self.near_modules():
-            for n in ast.walk(tree):
-                if isinstance(n, ast.Attribute) and n.attr == "float16" or isinstance(n, ast.Constant) \
-                        and n.value in ("float16", "fp16", "amp_fp16"):
-                    return f"{self.project.where(path) if self.project else path.name}:{n.lineno}"
+            line = self.tree_facts(tree)["fp16"]
+            if line is not None:
+                return f"{self.project.where(path) if self.project else path.name}:{line}"
         return None
 
     def dtype_property(self, node):
@@ -4025,8 +4045,8 @@ class Checker:
         target = node.func if isinstance(node, ast.Call) else node
         if not isinstance(target, ast.Attribute):
             return None
-        found = [(path, n) for path, tree in self.near_modules() for n in ast.walk(tree)
-                 if isinstance(n, FUNCTION) and n.name == target.attr]
+        found = [(path, n) for path, tree in self.near_modules()
+                 for n in self.tree_facts(tree)["defs"].get(target.attr, [])]
         if len(found) != 1:
             return None  # none, or several: which one runs is out of sight
         path, function = found[0]
@@ -5371,6 +5391,7 @@ def project_of(path, root=None, follow=True):
     return Project(path, root) if follow and path and os.path.isfile(path) else None
 
 
+_TREE_FACTS = {}  # id(tree) -> (tree, what Checker.tree_facts found in it)
 _VERDICTS = {}  # path -> whether check_source found the script distributed ("named": it calls it)
 
 
