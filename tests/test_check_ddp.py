@@ -570,26 +570,29 @@ def test_a_sampler_and_a_dtype_followed_into_the_projects_classes():
     call. A padding sampler three helpers deep, its loader kept in a scorer's field, read in
     the solver's evaluate(): DDP031 at the call that builds the scorers. A config property that
     returns float16 in one branch, no GradScaler in reach: a DDP060 warning, in the solver's
-    step and where the property is passed to a parameter; a dtype named at run time, with
-    float16 in the project: a note. Quiet (clean_review10_lab.py): the sampler's `epoch` set
-    itself; the scorers' loaders read only to train; a property that returns no float16."""
+    step and where the property is passed to a parameter; so is a dataclass field whose
+    default is float16; a dtype named at run time, with float16 in the project: a note. Quiet
+    (clean_review10_lab.py): the sampler's `epoch` set itself; the scorers' loaders read only
+    to train; a property and a field that give no float16."""
     lab = PROJECT / "train_review10_lab.py"
     assert found_in(lab) == expected_in(lab) == {
-        (22, "DDP060", False), (28, "DDP060", True), (40, "DDP030", False), (43, "DDP031", False),
-        (47, "DDP060", False)}
+        (22, "DDP060", False), (28, "DDP060", True), (35, "DDP060", False), (47, "DDP030", False),
+        (50, "DDP031", False), (55, "DDP060", False)}
     said = {f["line"]: f["message"] for f in findings(lab)}
     assert "its loader goes to Solver() (lab/solver.py), whose epoch loop (lab/solver.py:16) reaches no " \
-        "set_epoch() (lab/solver.py:33 sets `loader.epoch`, which torch never reads)" in said[40]
-    assert said[43].startswith(
+        "set_epoch() (lab/solver.py:33 sets `loader.epoch`, which torch never reads)" in said[47]
+    assert said[50].startswith(
         "the DistributedSampler that make_score_loader() builds (lab/evaluation.py:16, drop_last False by "
         "default at lab/config.py:30) pads the shards with repeated samples; its loader, kept in "
         "`.score_loader`, is read in evaluate() (lab/solver.py:23), an evaluation")
-    assert said[47].startswith("lab/solver.py:35: autocast's dtype `self.cfg.amp_dtype` can be float16 "
+    assert said[55].startswith("lab/solver.py:35: autocast's dtype `self.cfg.amp_dtype` can be float16 "
                                "(config.py:17 returns torch.float16) and no GradScaler is in reach")
-    assert said[22].startswith("autocast's dtype `cfg.amp_dtype` (passed at line 44) can be float16 "
+    assert said[22].startswith("autocast's dtype `cfg.amp_dtype` (passed at line 51) can be float16 "
                                "(lab/config.py:17 returns torch.float16)")
     assert said[28].startswith("autocast's dtype `getattr(torch, cfg.dtype_name)` is out of the checker's "
                                "sight")
+    assert said[35].startswith("autocast's dtype `amp.autocast_dtype` can be float16 (lab/config.py:35 "
+                               "defaults to torch.float16)")
     assert findings(PROJECT / "clean_review10_lab.py") == []
 
 

@@ -3948,6 +3948,8 @@ class Checker:
             values = [(dtype, None)]
             if isinstance(dtype, ast.Name) and isinstance(scope, FUNCTION) and dtype.id in self.params(scope):
                 values = self.arguments_for(scope, dtype.id) or values  # warm_up(model, x, cfg.amp_dtype)
+            elif isinstance(dtype, ast.Name):  # dtype = cfg.amp_dtype, then autocast(dtype=dtype)
+                values = [(v, None) for v in self.assigned(dtype.id, scope)] or values
             unread = False
             for value, site in values:
                 at = f" (passed at line {site.lineno})" if site is not None else ""
@@ -3960,9 +3962,9 @@ class Checker:
                     else self.dtype_property(value)
                 if returned is not None and returned[1]:
                     self.add("DDP060", call, f"autocast's dtype `{ast.unparse(value)[:40]}`{at} can be "
-                             f"float16 ({returned[0]}:{returned[1]} returns torch.float16) and no GradScaler "
-                             "is in reach: gradients below 6e-8 become 0 there; scale the loss with "
-                             "torch.amp.GradScaler, or use torch.bfloat16", "warning")
+                             f"float16 ({returned[0]}:{returned[1]} {returned[2]} torch.float16) and no "
+                             "GradScaler is in reach: gradients below 6e-8 become 0 there; scale the loss "
+                             "with torch.amp.GradScaler, or use torch.bfloat16", "warning")
                     break
                 unread = unread or returned is None and not self.names_a_dtype(
                     value, self.function_of(site or call))
@@ -4041,25 +4043,34 @@ class Checker:
     def dtype_property(self, node):
         """For `cfg.amp_dtype` or `cfg.amp_dtype()`: the one function (a @property, say) of that
         name in the modules near this one, if it is the only one and each value it returns is
-        read. ('file', line of a float16 it returns, or 0 if it returns none); None otherwise."""
+        read; or else the one class field of that name (`amp_dtype: torch.dtype = ...`), its
+        default read. ('file', line of a float16 it gives or 0 if none, 'returns' or 'defaults
+        to'); None otherwise."""
         target = node.func if isinstance(node, ast.Call) else node
         if not isinstance(target, ast.Attribute):
             return None
         found = [(path, n) for path, tree in self.near_modules()
                  for n in self.tree_facts(tree)["defs"].get(target.attr, [])]
-        if len(found) != 1:
+        if not found and not isinstance(node, ast.Call):  # a config's field and its default
+            fields = [(path, n) for path, tree in self.near_modules()
+                      for n in self.tree_facts(tree)["fields"].get(target.attr, [])]
+            if len(fields) != 1 or fields[0][1].value is None:
+                return None
+            path, returns, verb = fields[0][0], [fields[0][1].value], "defaults to"
+        elif len(found) != 1:
             return None  # none, or several: which one runs is out of sight
-        path, function = found[0]
-        returns = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)]
+        else:
+            path, function = found[0]
+            returns, verb = [n.value for n in ast.walk(function) if isinstance(n, ast.Return)], "returns"
         if not returns or any(r is None for r in returns):
             return None
         where = self.project.where(path) if self.project else path.name
         for value in returns:
             if isinstance(value, ast.Attribute) and value.attr in ("float16", "half"):
-                return where, value.lineno
+                return where, value.lineno, verb
             if not (isinstance(value, ast.Attribute) and value.attr in ("bfloat16", "float32")):
                 return None  # a value not read: stay quiet
-        return where, 0
+        return where, 0, verb
 
     def evaluation_without_backward(self, node):
         """`node` is in an evaluate()/validate()/test() that calls .eval(), runs no backward

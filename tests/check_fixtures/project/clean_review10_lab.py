@@ -1,12 +1,12 @@
 """Quiet twins of train_review10_lab.py's shapes (for tests/test_check_ddp.py): a solver that
 sets the sampler's `epoch` itself (what set_epoch does), and reads the scorers' loaders only
 to train; autocast dtypes from a config property that is never float16, passed in or read in
-the solver; bfloat16 named in sight. Written for the tests; never run: it only has to
-parse."""
+the solver, and from a field whose default is bfloat16; bfloat16 named in sight. Written for
+the tests; never run: it only has to parse."""
 
 import torch
 import torch.distributed as dist
-from lab.config import DataSettings, RunConfig
+from lab.config import AmpSettings, DataSettings, RunConfig
 from lab.data import make_loader
 from lab.evaluation import make_scorers
 from lab.steady_solver import SteadySolver
@@ -27,6 +27,13 @@ def tune(model, x, cfg):
     loss.backward()
 
 
+def step_with(model, x, amp):
+    dtype = amp.steady_dtype
+    with torch.autocast("cuda", dtype=dtype):
+        loss = model(x).sum()
+    loss.backward()
+
+
 def main():
     dist.init_process_group("nccl")
     torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
@@ -40,6 +47,7 @@ def main():
     scorers = make_scorers({"held_out": held_out}, DataSettings())
     warm_up(model, torch.randn(4, 8).cuda(), cfg.wide_dtype)
     tune(model, torch.randn(4, 8).cuda(), cfg)
+    step_with(model, torch.randn(4, 8).cuda(), AmpSettings())
     solver = SteadySolver(loaders, model, optimizer, cfg, scorers)
     solver.fit()
 

@@ -3,13 +3,13 @@ shuffling sampler made by a helper of the project, its loader kept by a solver c
 reads it through a progress wrapper and sets `loader.epoch` in place of set_epoch; a padding
 sampler three helpers deep, its loader kept in a scorer's field, read in the solver's
 evaluate(); the solver's autocast dtype a config property that returns float16 in one
-branch, no GradScaler in reach, and the same property passed to a function's parameter; a
-dtype named at run time (getattr), out of sight: a note. Written for the tests; never run:
-it only has to parse."""
+branch, no GradScaler in reach, the same property passed to a function's parameter, and a
+dataclass field whose default is float16; a dtype named at run time (getattr), out of
+sight: a note. Written for the tests; never run: it only has to parse."""
 
 import torch
 import torch.distributed as dist
-from lab.config import DataSettings, RunConfig
+from lab.config import AmpSettings, DataSettings, RunConfig
 from lab.data import make_loader
 from lab.evaluation import make_scorers
 from lab.solver import Solver
@@ -30,6 +30,13 @@ def tune(model, x, cfg):
     loss.backward()
 
 
+def step_with(model, x, amp):
+    dtype = amp.autocast_dtype
+    with torch.autocast("cuda", dtype=dtype):  # expect: DDP060
+        loss = model(x).sum()
+    loss.backward()
+
+
 def main():
     dist.init_process_group("nccl")
     torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
@@ -43,6 +50,7 @@ def main():
     scorers = make_scorers({"held_out": held_out}, DataSettings())  # expect: DDP031
     warm_up(model, torch.randn(4, 8).cuda(), cfg.amp_dtype)
     tune(model, torch.randn(4, 8).cuda(), cfg)
+    step_with(model, torch.randn(4, 8).cuda(), AmpSettings())
     solver = Solver(loaders, model, optimizer, cfg, scorers)
     solver.fit()  # expect: DDP060
 

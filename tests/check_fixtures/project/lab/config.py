@@ -28,3 +28,9 @@ class RunConfig:
 class DataSettings:
     batch_size: int = 8
     drop_last: bool = False
+
+
+@dataclass
+class AmpSettings:
+    autocast_dtype: torch.dtype = torch.float16
+    steady_dtype: torch.dtype = torch.bfloat16
