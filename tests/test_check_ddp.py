@@ -579,6 +579,8 @@ def test_a_sampler_and_a_dtype_followed_into_the_projects_classes():
         (22, "DDP060", False), (28, "DDP060", True), (35, "DDP060", False), (47, "DDP030", False),
         (50, "DDP031", False), (55, "DDP060", False)}
     said = {f["line"]: f["message"] for f in findings(lab)}
+    # data.py returns kind(dataset, sampler=sampler): a loader class passed in, so a loader's sampler
+    assert said[47].startswith("the DistributedSampler of the loader that ")
     assert "its loader goes to Solver() (lab/solver.py), whose epoch loop (lab/solver.py:16) reaches no " \
         "set_epoch() (lab/solver.py:33 sets `loader.epoch`, which torch never reads)" in said[47]
     assert said[50].startswith(

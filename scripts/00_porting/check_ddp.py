@@ -2436,7 +2436,8 @@ class Checker:
             for name in [n.id for n in ast.walk(returned) if isinstance(n, ast.Name)]:
                 values += [v for v in self.assigned(name, function)]
             seen_sampler = False
-            loader = any(isinstance(v, ast.Call) and last(v) == "DataLoader" for v in values) or (
+            loader = any(isinstance(v, ast.Call) and (last(v) == "DataLoader" or keyword(v, "sampler") is not None)
+                         for v in values) or (  # klass(data, sampler=sampler): a loader class passed in
                 isinstance(returned, (ast.Name, ast.Call)) and "loader" in last(returned).lower())
             for value in values:
                 for made in ast.walk(value):
