@@ -42,7 +42,8 @@ tests/check_corpus_review7.tsv holds a fifth (set review7), from that reviewer's
 is what the reviewed version (8c072c6) said, `after` this one. tests/check_corpus_review9.tsv
 holds a sixth (set review9, blind), from that reviewer's table: `before` is 32828ad's run.
 tests/check_corpus_review10.tsv holds a seventh (set review10, blind), from that reviewer's table:
-`before` is 736fc2e's run.
+`before` is 736fc2e's run. tests/check_corpus_review11.tsv holds an eighth (set review11, blind), from that
+reviewer's table: `before` is 0ab6be3's run.
 """
 
 from __future__ import annotations
@@ -62,9 +63,10 @@ REVIEW6 = REPO / "tests" / "check_corpus_review6.tsv"  # the next fresh review's
 REVIEW7 = REPO / "tests" / "check_corpus_review7.tsv"  # a fifth fresh review's 15 files: 8c072c6, then now
 REVIEW9 = REPO / "tests" / "check_corpus_review9.tsv"  # a sixth fresh review's 15 files: 32828ad, then now
 REVIEW10 = REPO / "tests" / "check_corpus_review10.tsv"  # a seventh fresh review's files: 736fc2e, then now
+REVIEW11 = REPO / "tests" / "check_corpus_review11.tsv"  # an eighth fresh review's files: 0ab6be3, then now
 # the version each review ran
 REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6", "review9": "32828ad",
-            "review10": "736fc2e"}
+            "review10": "736fc2e", "review11": "0ab6be3"}
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
 # a file that is distributed: it wraps DDP, calls torch.distributed, or spawns its ranks (mp.spawn)
