@@ -1722,7 +1722,7 @@ class Checker:
                 break
             if isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and (self.rank_test(
                 ancestor.test, scope, True
-            ) or self.rank_attribute(ancestor.test, scope)):
+            ) or self.rank_attribute(ancestor.test, scope) or self.rank_flag_passed(ancestor.test, scope)):
                 return True
         if any(line < node.lineno for line in self.early_exits(scope)):
             return True
@@ -1737,6 +1737,23 @@ class Checker:
             sites = self.sites.get(scope, [])
             self._memo[key] = bool(sites) and all(self.guarded(site) for site in sites)
         return self._memo[key]
+
+    def rank_flag_passed(self, test, scope):
+        """A test on `args.x` (alone or in an `and`), `args` a parameter, where every call of
+        the function in this file passes an object whose `.x` the caller set from the rank
+        (`args.save_logs = ... and is_master(args)`, then `save_checkpoint(args)`)."""
+        if not isinstance(scope, FUNCTION):
+            return False
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        for part in parts:
+            if not (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)):
+                continue
+            passed = self.arguments_for(scope, part.value.id)
+            if passed and len(passed) == len(self.sites.get(scope, [])) and all(
+                    dotted(value) and f"{dotted(value)}.{part.attr}" in self.tainted(self.function_of(site))
+                    for value, site in passed):
+                return True
+        return False
 
     def rank_attribute(self, test, scope):
         """A test on `self.x` (alone or in an `and`), where every method of the class that sets
@@ -2064,6 +2081,11 @@ class Checker:
                 continue  # the else of `if opt["dist"]:`: the run without DDP
             if name != "DataLoader" and self.builds_sampler(call):
                 continue  # create_data_loader(ds, shuffle=True): a helper that gives it a sampler
+            if name != "DataLoader" and name not in self.loader_classes() and self.resolve(call) is None:
+                self.add("DDP010", call, f"{name}(shuffle=...) without a sampler, from a builder out of the "
+                         "checker's sight: unless it makes a DistributedSampler there, every rank iterates "
+                         "over all of the data; pass sampler=DistributedSampler(dataset)", "note")
+                continue
             dataset = call.args[0] if call.args else keyword(call, "dataset")
             origin = self.data_origin(dataset, self.function_of(call))
             if origin == "split":
@@ -2436,7 +2458,8 @@ class Checker:
             for name in [n.id for n in ast.walk(returned) if isinstance(n, ast.Name)]:
                 values += [v for v in self.assigned(name, function)]
             seen_sampler = False
-            loader = any(isinstance(v, ast.Call) and (last(v) == "DataLoader" or keyword(v, "sampler") is not None)
+            loader = any(isinstance(v, ast.Call)
+                         and (last(v) == "DataLoader" or keyword(v, "sampler") is not None)
                          for v in values) or (  # klass(data, sampler=sampler): a loader class passed in
                 isinstance(returned, (ast.Name, ast.Call)) and "loader" in last(returned).lower())
             for value in values:
@@ -3424,7 +3447,7 @@ class Checker:
                 owner = state.func.value if isinstance(state.func, ast.Attribute) else None
                 kinds = self.kinds_of(owner, call.lineno, scope) if owner is not None else set()
                 outer = self.outermost(owner, call.lineno, scope)
-                if self.not_wrapped_here(owner, state):
+                if self.not_wrapped_here(owner, state) or self.in_fsdp_context(owner, state):
                     continue  # x.module.state_dict() if isinstance(x, DDP) else x.state_dict()
                 # DDP(compiled) in one branch, the compiled model in another: the wrapper's keys
                 # (DDP041) where it runs distributed, not a word on the one-process branch
@@ -3450,10 +3473,13 @@ class Checker:
             if not saved or not ((name in ("torch.save", "save") and target is None) or helper is not None):
                 continue
             optimizers = [state for state in states if fsdp1 and isinstance(state.func, ast.Attribute)
-                          and re.search(r"(?i)optim", last(state.func.value))]
-            if sharded and not all(
-                self.full_state(state) or self.of_ddp(state, call.lineno) for state in states
-            ):
+                          and re.search(r"(?i)optim", last(state.func.value))
+                          and not self.other_arm_gathers(state)]
+            shards = sharded and not all(self.full_state(state) or self.of_ddp(state, call.lineno)
+                                         or self.other_arm_gathers(state) for state in states)
+            if (shards or optimizers) and self.per_rank_path(call) and self.loads_per_rank(call):
+                continue  # optimizer.{rank}.pth, loaded back by the same rank: a resume of its own
+            if shards:
                 self.add("DDP160", call, "torch.save of a sharded model's state_dict: each rank writes "
                          "its own shards; use torch.distributed.checkpoint (dcp.save)")
             elif optimizers:
@@ -3636,7 +3662,40 @@ class Checker:
             if last(test) == "hasattr" and isinstance(test.args[1], ast.Constant) \
                     and test.args[1].value in ("module", "_orig_mod"):
                 return True
-        return False
+        return self.wrapped_only_elsewhere(owner, node)
+
+    def in_fsdp_context(self, owner, node):
+        """`node` runs inside `with FSDP.state_dict_type(owner, ...)`: there `owner` is the
+        FSDP model (the branch that chose it), whatever else the name holds elsewhere."""
+        name = dotted(owner)
+        return bool(name) and any(
+            isinstance(a, ast.With) and any(
+                isinstance(item.context_expr, ast.Call) and last(item.context_expr) == "state_dict_type"
+                and item.context_expr.args and dotted(item.context_expr.args[0]) == name
+                for item in a.items)
+            for a in self.ancestors(node))
+
+    def wrapped_only_elsewhere(self, owner, node):
+        """Every DDP wrap of `owner` runs only where `node` does not: `if cfg["DDP"]: model =
+        DDP(model)`, then `model.module.state_dict() if cfg["DDP"] else model.state_dict()`.
+        A later binding that only moves the model (`model = model.to(device)`) keeps its kind."""
+        name = dotted(owner)
+        wraps = []
+        for kinds, _at, _where, binding in self.bindings.get(name, []):
+            if "ddp" not in kinds:
+                continue
+            value = getattr(binding, "value", None)
+            if value is None:
+                return False
+            if any(isinstance(n, ast.Call) and self.is_ddp_call(n) for n in ast.walk(value)):
+                wraps.append(binding)
+                continue
+            base = value
+            while isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute):
+                base = base.func.value
+            if dotted(base) != name:
+                return False  # model = other: a wrapper it may hold, out of this test
+        return bool(wraps) and all(self.exclusive(w, node) for w in wraps)
 
     def runs_whenever(self, later, earlier):
         """`later` runs in every run where `earlier` runs: each if around it is around `earlier`
@@ -3665,6 +3724,57 @@ class Checker:
         args.no_compile: model = torch.compile(model)`, the save in the `else` of that test."""
         compiles = [c for c in self.calls if self.call_kind(c) == "compile"]
         return bool(compiles) and all(self.exclusive(c, node) for c in compiles)
+
+    def other_arm_gathers(self, state):
+        """`state` sits in one arm of a choice whose other arm holds FSDP's own state
+        (`optim_state if args.fsdp else optimizer.state_dict()`, where `optim_state =
+        FSDP.optim_state_dict(model, optimizer)`; or a state_dict() under FULL_STATE_DICT):
+        the test picks the FSDP model there, so this arm serves the other one."""
+        scope = self.function_of(state)
+        child = state
+        for ancestor in self.ancestors(state):
+            if isinstance(ancestor, SCOPE):
+                break
+            other = None
+            if isinstance(ancestor, ast.IfExp) and child is not ancestor.test:
+                other = [ancestor.orelse if child is ancestor.body else ancestor.body]
+            elif isinstance(ancestor, ast.If) and child is not ancestor.test and ancestor.orelse:
+                other = ancestor.orelse if child in ancestor.body else ancestor.body
+            child = ancestor
+            if other is None:
+                continue
+            values = list(other)
+            for node in [n for o in other for n in ast.walk(o)]:
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    values += self.assigned(node.id, scope)
+            for node in [n for v in values for n in ast.walk(v)]:
+                if isinstance(node, ast.Call) and (
+                        last(node).endswith("optim_state_dict")
+                        or last(node) in ("get_optimizer_state_dict", "get_model_state_dict",
+                                          "get_state_dict")
+                        or (last(node) == "state_dict" and self.full_state(node))):
+                    return True
+        return False
+
+    def loads_per_rank(self, save):
+        """The file loads back a file named by the rank, as `save` writes it: each rank's own
+        shards back on the same rank (`f"optimizer.{rank:05d}.pth"` saved, then loaded). Where
+        both paths show words (`optimizer`), they share one."""
+        def words(path, scope):
+            if path is None:
+                return set()
+            values = [path] + [v for n in ast.walk(path) if isinstance(n, ast.Name)
+                               for v in self.assigned(n.id, scope)]
+            return {w for v in values for n in ast.walk(v) if isinstance(n, ast.Constant)
+                    and isinstance(n.value, str) for w in re.findall(r"[A-Za-z]{3,}", n.value)}
+        saved = words(save.args[1] if len(save.args) > 1 else keyword(save, "f"), self.function_of(save))
+        for call in self.calls:
+            if self.origin(call.func) != "torch.load" or not self.per_rank_path(call, 0, "f"):
+                continue
+            loaded = words(call.args[0] if call.args else keyword(call, "f"), self.function_of(call))
+            if not saved or not loaded or saved & loaded:
+                return True
+        return False
 
     def full_state(self, state_call):
         """Inside `with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, ...)`: the whole
