@@ -736,6 +736,21 @@ DEEP_UNITS = 300  # functions visited for one checked file, at most
 DEEP_MODULES = 30  # and the modules they are in
 
 
+def syncs_ddp(function):
+    """The `no_sync` or `require_backward_grad_sync` attributes in `function` that a DDP model
+    can run: not those under `if isinstance(model, FSDP)`, which only a sharded model runs."""
+    sharded = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.If) and any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance"
+                and len(n.args) == 2 and re.search(r"FSDP|FullyShard", ast.unparse(n.args[1]))
+                and not re.search(r"DistributedDataParallel|DDP\b", ast.unparse(n.args[1]))
+                for n in ast.walk(node.test)):
+            sharded |= {id(n) for s in node.body for n in ast.walk(s)}
+    return [n for n in ast.walk(function) if isinstance(n, ast.Attribute)
+            and n.attr in ("no_sync", "require_backward_grad_sync") and id(n) not in sharded]
+
+
 class Reach:
     """The project's functions that a script reaches, followed further than a Checker follows
     them: functions named in the code reached (called, or passed as `mp.spawn(fn)`), kept in a
@@ -750,6 +765,7 @@ class Reach:
         self.project = project
         self.index, self.names, self.refs_of, self.owner = {}, {}, {}, {}
         self.stars = {}  # path -> the modules it star-imports (module, level)
+        self.chosen = {}  # path -> {name: the names assigned to it}: `Exp = ExpForecast` in a branch
 
     def parsed(self, path):
         if path not in self.index:
@@ -764,8 +780,14 @@ class Reach:
             for stmt in tree.body:
                 if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Dict, ast.List, ast.Tuple)):
                     dicts.update((t.id, stmt.value) for t in stmt.targets if isinstance(t, ast.Name))
-            imports = {}
+            imports, chosen = {}, {}
             for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                        and isinstance(node.targets[0], ast.Name):
+                    values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) \
+                        else [node.value]  # Exp = ExpForecast, or ExpForecast if ... else ExpOther
+                    chosen.setdefault(node.targets[0].id, []).extend(
+                        v for v in values if isinstance(v, (ast.Name, ast.Attribute)))
                 if isinstance(node, ast.Import):
                     for a in node.names:
                         local = a.asname or a.name.split(".")[0]
@@ -782,6 +804,7 @@ class Reach:
                         if isinstance(item, FUNCTION):
                             self.owner[id(item)] = (path, node)
             self.index[path] = (tree, defs, dicts, imports)
+            self.chosen[path] = chosen
         return self.index[path]
 
     def name(self, path, name, hops=0):
@@ -809,6 +832,11 @@ class Reach:
                 target = self.project.find(module, level, path.parent) if sub is None else None
                 out = [("module", sub)] if sub is not None else \
                     self.name(target, imported, hops + 1) if target is not None else []
+            elif name in self.chosen.get(path, {}):  # Exp = ExpForecast / elif ...: Exp = ExpOther
+                values = self.chosen[path][name]
+                found = [self.name(path, v.id, hops + 1) if isinstance(v, ast.Name)
+                         else self.attribute(path, v) for v in values]
+                out = [t for targets in found for t in targets if isinstance(t[1], ast.ClassDef)]
             for module, level in self.stars.get(path, []) if not out and entry is None else []:
                 target = self.project.find(module, level, path.parent)  # from .training import *
                 out = self.name(target, name, hops + 1) if target is not None else []
@@ -1406,6 +1434,20 @@ class Checker:
         self._memo["deep"] = reach.closure(start)
         return self._memo["deep"]
 
+    def deep_wraps(self):
+        """A function of the project that this script reaches wraps a model in DDP (a worker
+        spawned from another module: `mp.spawn(loader.load_worker)`, which wraps)."""
+        if "deep_wraps" not in self._memo:
+            self._memo["deep_wraps"] = False
+            for path, function, _ in self.deep_reach():
+                found = self.project.reach.parsed(path)
+                imports = found[3] if found is not None else {}
+                if any(isinstance(n, ast.Call) and "DistributedDataParallel" in (
+                        last(n), imports.get(last(n), ("", "", ""))[2]) for n in ast.walk(function)):
+                    self._memo["deep_wraps"] = True
+                    break
+        return self._memo["deep_wraps"]
+
     def deep_setup(self):
         """(path, the group start, the call of this file that reaches it), or None."""
         for path, function, call in self.deep_reach():
@@ -1962,15 +2004,16 @@ class Checker:
                 continue
             checker.distributed = True  # it runs in this script's DDP job
             checker.entry_near = self.near_modules()  # the script's modules: its config's properties
-            checker.entry_wraps = bool(self.ddp_calls) and not self.attrs & {
-                "no_sync", "require_backward_grad_sync"} and not self.syncs_in_reach()
+            checker.entry_ddp = bool(self.ddp_calls) or self.deep_wraps()  # the model it gets is DDP's
+            checker.entry_wraps = checker.entry_ddp and not syncs_ddp(self.tree) and not self.syncs_in_reach()
             where = self.project.where(path)
             for line, _, code, severity, message, _ in checker.check():
-                if code not in FOLLOWED_CODES and not (
+                rank_exit = code == "DDP191" and "only on the ranks where" in message  # not a value's origin
+                if code not in FOLLOWED_CODES and not rank_exit and not (
                         code == "DDP070" and checker.ddp_calls and not self.attrs & {
                             "SyncBatchNorm", "convert_sync_batchnorm"}):  # the module wraps the model
                     continue
-                if any(f"{where}:{line}" in f[4] for f in self.findings):
+                if any(f"{where}:{line}" in f[4] and f[2] == code for f in self.findings):
                     continue
                 function, call = next(((f, c) for f, c in reached
                                        if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
@@ -3811,9 +3854,10 @@ class Checker:
     def rule_no_sync(self):
         if not self.ddp_calls and not getattr(self, "entry_wraps", False):
             return  # entry_wraps: a module of the project that a script wrapping DDP reaches
+        ddp_syncs = {id(n) for n in syncs_ddp(self.tree)}  # not a no_sync only a sharded model runs
         for node in self.nodes:  # the fix, where gradients are made (not in a no_grad evaluation)
             if isinstance(node, ast.Attribute) and node.attr in ("no_sync", "require_backward_grad_sync") \
-                    and not self.in_no_grad(node, strict=True):
+                    and not self.in_no_grad(node, strict=True) and id(node) in ddp_syncs:
                 return
             if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
                     and "sync" in last(node.context_expr).lower() and node.context_expr.args:
@@ -3835,8 +3879,7 @@ class Checker:
     def syncs_in_reach(self):
         """A function of the project that the script reaches uses no_sync or
         require_backward_grad_sync (not the rest of its module: code this script never runs)."""
-        return any(isinstance(n, ast.Attribute) and n.attr in ("no_sync", "require_backward_grad_sync")
-                   for _, function, _ in self.deep_reach() for n in ast.walk(function))
+        return any(syncs_ddp(function) for _, function, _ in self.deep_reach())
 
     def no_sync_functions(self, said):
         """DDP050 on a function called once per micro-batch (a trainer's `step(batch, i)`):
@@ -3888,6 +3931,9 @@ class Checker:
         body = [n for s in loop.body for n in ast.walk(s)]
         calls = [c for c in body if isinstance(c, ast.Call)]
         backwards = [c for c in calls if self.is_backward(c)]
+        if not backwards:  # backward(loss, scaler): a helper that runs backward() and no step
+            backwards = [c for c in calls if isinstance(c.func, ast.Name) and self.reaches(c, "is_backward")
+                         and not self.reaches(c, "is_optimizer_step")]
         scaled = [
             c for c in calls if keyword(c, "update_grad") is not None
         ]  # loss_scaler(loss, opt, update_grad=)
@@ -4338,7 +4384,7 @@ class Checker:
         for call in calls:
             if self.BATCHNORM.fullmatch(last(call)):
                 return call
-        if depth >= 2:
+        if depth >= 3:
             return None
         for call in calls:
             inner = last(call)
@@ -5424,7 +5470,9 @@ class Checker:
             scope = self.function_of(loop)
             inside = [n for s in loop.body for n in ast.walk(s) if self.function_of(n) is scope]
             calls = [c for c in inside if isinstance(c, ast.Call)]
-            if not any(self.is_collective(c) or (self.ddp_calls and self.is_backward(c))
+            wraps = self.ddp_calls or getattr(self, "entry_ddp", False)  # a module given the DDP model
+            if not any(self.is_collective(c) or (wraps and (self.is_backward(c) or (
+                    isinstance(c.func, ast.Name) and self.reaches(c, "is_backward"))))
                        or self.reaches_collective(c) for c in calls):
                 continue  # no collective in it: a rank that leaves early strands no one
             exits = [n for n in inside if (isinstance(n, ast.Break) and self.loop_of(n) is loop)
