@@ -654,7 +654,8 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     `isinstance(model, FSDP)`, so the DDP model accumulates without it (DDP050); it returns on
     rank 0 alone inside the loop (DDP191). A BatchNorm four classes down (DDP070). A script
     that spawns another module's function, which wraps and builds a worker whose method
-    accumulates (DDP050); the worker's save runs on rank 0 alone: quiet. Quiet
+    accumulates (DDP050, naming both methods that do); the worker's save runs on rank 0 alone:
+    quiet. Quiet
     (clean_review11.py): map_location in each class the name can hold, no_sync for any
     wrapper, a stop all-reduced, SyncBatchNorm, a spawned worker with no_sync."""
     entry, spawn = PROJECT / "train_review11.py", PROJECT / "train_review11_spawn.py"
@@ -668,6 +669,7 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     assert said[17, "DDP070"].startswith("the model is a Policy, whose BatchNorm2d (lab11/nets.py:10)")
     assert found_in(spawn) == expected_in(spawn) == {(9, "DDP050", False)}
     assert findings(spawn)[0]["message"].startswith("lab11/worker.py:15: backward() on every micro-batch")
+    assert "(also lab11/worker.py:21, in train_actor())" in findings(spawn)[0]["message"]  # one finding a call
     assert findings(PROJECT / "clean_review11.py") == []
 
 

@@ -1978,7 +1978,8 @@ class Checker:
         by_file = {}
         for path, function, call in self.deep_reach():
             by_file.setdefault(path, []).append((function, call))
-        said = {(f[2], f[0]) for f in self.findings}
+        said = {(f[2], f[0]): None for f in self.findings}  # (rule, line of this file): the module said
+        told = set()  # (rule, line, function reached): a worker's two training methods, each said
         def worth(path, function):  # a call a rule looks at, that is not the rules' own ground
             found = self.project.reach.parsed(path)
             owned = path in self.project.read and found is not None \
@@ -2007,7 +2008,7 @@ class Checker:
             checker.entry_ddp = bool(self.ddp_calls) or self.deep_wraps()  # the model it gets is DDP's
             checker.entry_wraps = checker.entry_ddp and not syncs_ddp(self.tree) and not self.syncs_in_reach()
             where = self.project.where(path)
-            for line, _, code, severity, message, _ in checker.check():
+            for line, _, code, severity, message, _ in sorted(checker.check(), key=lambda f: f[0]):
                 rank_exit = code == "DDP191" and "only on the ranks where" in message  # not a value's origin
                 if code not in FOLLOWED_CODES and not rank_exit and not (
                         code == "DDP070" and checker.ddp_calls and not self.attrs & {
@@ -2017,7 +2018,8 @@ class Checker:
                     continue
                 function, call = next(((f, c) for f, c in reached
                                        if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
-                if call is None or (code, call.lineno) in said or one_process_function(function):
+                if call is None or said.get((code, call.lineno), path) != path \
+                        or (code, call.lineno, id(function)) in told or one_process_function(function):
                     continue  # said, or a function that sets its rank to a device word: one process
                 if code in FOLLOWED_BY_RULES and path in self.project.read \
                         and checker.functions.get(function.name) is function and not self.spawns(call):
@@ -2028,7 +2030,14 @@ class Checker:
                     continue  # the call settles the test the save is under (a load mode, a rank flag)
                 if code == "DDP010":  # a loader a helper builds: what data it gets, and which ranks
                     severity = "note"  # read it, is out of this file's sight
-                said.add((code, call.lineno))
+                earlier = next((i for i, f in enumerate(self.findings) if f[2] == code and f[5] is call), None)
+                if earlier is not None:  # the same rule in another function the call reaches: named too
+                    f = self.findings[earlier]
+                    self.findings[earlier] = (*f[:4], f"{f[4]} (also {where}:{line}, in {function.name}())", f[5])
+                    told.add((code, call.lineno, id(function)))
+                    continue
+                said[code, call.lineno] = path
+                told.add((code, call.lineno, id(function)))
                 self.add(code, call, f"{where}:{line}: {message}", severity)
 
     @staticmethod

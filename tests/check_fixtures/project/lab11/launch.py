@@ -17,6 +17,7 @@ def run_worker(local_rank, world_size, steps):
     worker = Worker(critic, optimizer, batches, 4)
     for step in range(steps):
         worker.train_critic(step)
+        worker.train_actor(step)
         if global_rank == 0:
             worker.save("critic.pt")
     dist.destroy_process_group()

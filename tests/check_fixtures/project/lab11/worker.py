@@ -1,5 +1,5 @@
-"""A worker object whose methods train: accumulation without no_sync in train_critic(); a save
-that the launcher calls on rank 0 alone."""
+"""A worker object whose methods train: accumulation without no_sync in train_critic() and
+train_actor(); a save that the launcher calls on rank 0 alone."""
 
 import torch
 
@@ -13,6 +13,12 @@ class Worker:
         for round_index in range(self.accum_rounds):
             loss = self.critic(self.batches[step][round_index]).mean() / self.accum_rounds
             loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+
+    def train_actor(self, step):
+        for round_index in range(self.accum_rounds):
+            (-self.critic(self.batches[step][round_index]).mean() / self.accum_rounds).backward()
         self.optimizer.step()
         self.optimizer.zero_grad()
 
