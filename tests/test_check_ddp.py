@@ -669,7 +669,7 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     assert said[17, "DDP070"].startswith("the model is a Policy, whose BatchNorm2d (lab11/nets.py:10)")
     assert found_in(spawn) == expected_in(spawn) == {(9, "DDP050", False)}
     assert findings(spawn)[0]["message"].startswith("lab11/worker.py:15: backward() on every micro-batch")
-    assert "(also lab11/worker.py:21, in train_actor())" in findings(spawn)[0]["message"]  # one finding a call
+    assert "(also lab11/worker.py:21, in train_actor())" in findings(spawn)[0]["message"]  # one a call
     assert findings(PROJECT / "clean_review11.py") == []
 
 

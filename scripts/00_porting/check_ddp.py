@@ -2030,10 +2030,12 @@ class Checker:
                     continue  # the call settles the test the save is under (a load mode, a rank flag)
                 if code == "DDP010":  # a loader a helper builds: what data it gets, and which ranks
                     severity = "note"  # read it, is out of this file's sight
-                earlier = next((i for i, f in enumerate(self.findings) if f[2] == code and f[5] is call), None)
+                earlier = next((i for i, f in enumerate(self.findings) if f[2] == code and f[5] is call),
+                               None)
                 if earlier is not None:  # the same rule in another function the call reaches: named too
                     f = self.findings[earlier]
-                    self.findings[earlier] = (*f[:4], f"{f[4]} (also {where}:{line}, in {function.name}())", f[5])
+                    also = f"(also {where}:{line}, in {function.name}())"
+                    self.findings[earlier] = (*f[:4], f"{f[4]} {also}", f[5])
                     told.add((code, call.lineno, id(function)))
                     continue
                 said[code, call.lineno] = path
