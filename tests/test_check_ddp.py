@@ -673,6 +673,19 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     assert findings(PROJECT / "clean_review11.py") == []
 
 
+def test_a_port_from_a_key_that_every_config_file_sets_to_a_number():
+    """so-vits-svc's shape (project/train_review11_config.py): `os.environ["MASTER_PORT"] =
+    hps.train.port`, a key of a JSON config read at run time, 8001 in every config file of the
+    project that sets it: DDP130. Quiet (clean_review11_config.py): a key that one config file
+    sets to `auto` and another to a number."""
+    entry = PROJECT / "train_review11_config.py"
+    assert found_in(entry) == expected_in(entry) == {(20, "DDP130", False)}
+    assert findings(entry)[0]["message"].startswith(
+        "MASTER_PORT is `hps.train.port`, 8001 in every config file of the project that sets `port` "
+        "(lab11/configs/voice.json): a fixed port")
+    assert findings(PROJECT / "clean_review11_config.py") == []
+
+
 def test_an_entry_that_names_torch_distributed_is_distributed(capsys):
     """A sixth review's torchtitan shape (project/clean_review9_entry.py): a trainer made from
     a config, out of sight, and torch.distributed called through `import torch` alone. Not 'no

@@ -4700,6 +4700,42 @@ class Checker:
                                  + (", given here" if here else "") + ": a fixed port, so a second job on "
                                  "this node collides; leave it to the launcher, or derive it from the job id")
         self.rule_config_port({(i, "url") for i, _ in reported})
+        self.config_file_port(reported)
+
+    def config_file_port(self, reported):
+        """`os.environ["MASTER_PORT"] = hps.train.port`: a key of a config, no option of the
+        script. A warning where every value the project's config files (JSON, YAML, TOML) give
+        that key is a number; nothing where none does (the config is out of sight)."""
+        if self.module or self.followed or self.project is None or self.path is None:
+            return
+        for node, value, kind, defers, portless in self.port_settings():
+            key = value.attr if isinstance(value, ast.Attribute) else value.slice.value \
+                if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) else None
+            if kind != "env" or (id(node), kind) in reported or not isinstance(key, str) \
+                    or "port" not in key.lower() or self.is_option(key):
+                continue
+            pattern = re.compile(r"(?<![\w.-])[\"']?" + re.escape(key)
+                                 + r"[\"']?\s*[:=]\s*[\"']?([^\"'\s,}#]*)")  # "port": "8001", port: 8001
+            values, where = set(), []
+            for path in self.project_files():
+                if path.suffix not in (".json", ".yaml", ".yml", ".toml"):
+                    continue
+                try:
+                    found = set(pattern.findall(path.read_text(encoding="utf-8", errors="replace")))
+                except OSError:
+                    continue
+                if found:
+                    values |= found
+                    where.append(self.project.where(path))
+            if not values or not all(v.isdigit() for v in values):
+                continue  # no config names it, or one leaves it to the environment
+            reported.add((id(node), kind))
+            shown = ", ".join(where[:2]) + (f" and {len(where) - 2} more" if len(where) > 2 else "")
+            numbers = " or ".join(sorted(values))
+            self.add("DDP130", node, f"MASTER_PORT is `{ast.unparse(value)}`, {numbers} in every config "
+                     f"file of the project that sets `{key}` ({shown}): a fixed port, so a second job on "
+                     "this node collides; leave it to the launcher, or derive it from the job id",
+                     "note" if defers and not portless else None)
 
     def rule_config_port(self, reported):
         """A port option of this script (`--port`, default 5678) whose name is the key or the

@@ -1,0 +1,25 @@
+"""The quiet twin of train_review11_config.py: the key is `auto` in one config file and a
+number in another, so the port is not fixed by the project. Written for the tests;
+never run."""
+
+import os
+import sys
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from lab11.config import load_config
+
+
+def run(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+def main():
+    hps = load_config(sys.argv[1])
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = hps.train.rdzv_port
+    mp.spawn(run, args=(2,), nprocs=2)
+
+
+if __name__ == "__main__":
+    main()
