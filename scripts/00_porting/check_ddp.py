@@ -961,21 +961,15 @@ class Reach:
         owner, methods = self.dispatched(node)
         if owner is not None:  # getattr(runner, args.mode)(), eval(f"runner.{args.mode}")()
             node = ast.Attribute(value=ast.Name(id=owner, ctx=ast.Load()), attr="", ctx=ast.Load())
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):  # stopper(loss): its __call__
+            makers = self.made_in(scope).get(node.func.id, [])
+            out += [found for where, cls in (c for m in makers for c in self.made(path, m))
+                    if (found := self.method(where, cls, "__call__")) is not None]
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "self" and id(scope) in self.owner:
                 found = self.method(*self.owner[id(scope)], node.attr)
                 return [found] if found is not None else []
-            if ("made", id(scope)) not in self.names:
-                self.names[("made", id(scope))] = made = {}
-                for v in ast.walk(scope):
-                    if isinstance(v, ast.Assign) and isinstance(v.value, ast.Call):
-                        for t in v.targets:
-                            if isinstance(t, ast.Name):
-                                made.setdefault(t.id, []).append(v.value)
-                    if isinstance(v, ast.withitem) and isinstance(v.context_expr, ast.Call) \
-                            and isinstance(v.optional_vars, ast.Name):  # with Trainer(...) as trainer:
-                        made.setdefault(v.optional_vars.id, []).append(v.context_expr)
-            makers = self.names[("made", id(scope))].get(node.value.id, [])
+            makers = self.made_in(scope).get(node.value.id, [])
             for where, cls in (c for m in makers for c in self.made(path, m)):
                 for name in methods(cls) if owner is not None else [node.attr]:
                     found = self.method(where, cls, name)
@@ -990,6 +984,21 @@ class Reach:
             else:
                 out.append((where, target))
         return out
+
+    def made_in(self, scope):
+        """{name: the calls assigned to it} in `scope`: `trainer = Trainer(...)`, and
+        `with Trainer(...) as trainer:`."""
+        if ("made", id(scope)) not in self.names:
+            self.names[("made", id(scope))] = made = {}
+            for v in ast.walk(scope):
+                if isinstance(v, ast.Assign) and isinstance(v.value, ast.Call):
+                    for t in v.targets:
+                        if isinstance(t, ast.Name):
+                            made.setdefault(t.id, []).append(v.value)
+                if isinstance(v, ast.withitem) and isinstance(v.context_expr, ast.Call) \
+                        and isinstance(v.optional_vars, ast.Name):  # with Trainer(...) as trainer:
+                    made.setdefault(v.optional_vars.id, []).append(v.context_expr)
+        return self.names[("made", id(scope))]
 
     @staticmethod
     def dispatched(node):

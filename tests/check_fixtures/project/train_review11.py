@@ -23,7 +23,7 @@ def main(task):
     else:
         raise ValueError(task)
     exp = Exp(model, None)
-    exp.fit("best.pt")  # expect: DDP042
+    exp.fit("best.pt")  # expect: DDP042 # expect: DDP040
     for _ in range(3):
         if not train_epoch(model, torch.randn(5, 4, 2, 8), optimizer, 4):  # expect: DDP050 # expect: DDP191
             break

@@ -2,6 +2,8 @@
 
 import torch
 
+from lab11.stopping import RankZeroStopper, Stopper
+
 
 class Forecast:
     def __init__(self, model, loader):
@@ -9,6 +11,8 @@ class Forecast:
 
     def fit(self, path):
         self.model.load_state_dict(torch.load(path))  # the saving GPU's device, on every rank
+        stopper = Stopper()
+        stopper(0.5, self.model, path)
 
 
 class Impute:
@@ -22,3 +26,5 @@ class Impute:
 class SteadyForecast(Forecast):
     def fit(self, path):
         self.model.load_state_dict(torch.load(path, map_location="cpu"))
+        stopper = RankZeroStopper()
+        stopper(0.5, self.model, path)
