@@ -652,8 +652,8 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     if/elif, then `Exp(...).fit()`: each class the name can hold is followed (DDP042 in
     Forecast.fit), and an object called like a function, `stopper(loss, model, path)`, runs
     its class's `__call__` (DDP040 in the save it reaches). An epoch function of the project:
-    its no_sync runs only under `isinstance(model, FSDP)`, so the DDP model accumulates without it (DDP050); it returns on
-    rank 0 alone inside the loop (DDP191). A BatchNorm four classes down (DDP070). A script
+    its no_sync runs only under `isinstance(model, FSDP)`, so the DDP model accumulates without
+    it (DDP050); it returns on rank 0 alone inside the loop (DDP191). A BatchNorm four classes down (DDP070). A script
     that spawns another module's function, which wraps and builds a worker whose method
     accumulates (DDP050, naming both methods that do); the worker's save runs on rank 0 alone:
     quiet. Quiet
