@@ -648,18 +648,17 @@ def test_a_loader_builder_out_of_sight_is_a_note():
 
 
 def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_are_followed():
-    """An eighth review's misses (project/train_review11.py, lab11/): `Exp = Forecast` in an
-    if/elif, then `Exp(...).fit()`: each class the name can hold is followed (DDP042 in
-    Forecast.fit), and an object called like a function, `stopper(loss, model, path)`, runs
-    its class's `__call__` (DDP040 in the save it reaches). An epoch function of the project:
-    its no_sync runs only under `isinstance(model, FSDP)`, so the DDP model accumulates without
-    it (DDP050); it returns on rank 0 alone inside the loop (DDP191). A BatchNorm four classes down (DDP070). A script
-    that spawns another module's function, which wraps and builds a worker whose method
+    """An eighth review's misses (project/train_review11.py, lab11/): `Exp = Forecast` in an if/elif,
+    then `Exp(...).fit()`: each class the name can hold is followed (DDP042 in Forecast.fit),
+    and an object called like a function, `stopper(loss, model, path)`, runs its class's
+    `__call__` (DDP040 in the save it reaches). An epoch function of the project: its no_sync
+    runs only under `isinstance(model, FSDP)`, so the DDP model accumulates without it (DDP050);
+    it returns on rank 0 alone inside the loop (DDP191). A BatchNorm four classes down (DDP070).
+    A script that spawns another module's function, which wraps and builds a worker whose method
     accumulates (DDP050, naming both methods that do); the worker's save runs on rank 0 alone:
-    quiet. Quiet
-    (clean_review11.py): map_location and a stopper that saves on rank 0 in each class the name
-    can hold, no_sync for any
-    wrapper, a stop all-reduced, SyncBatchNorm, a spawned worker with no_sync."""
+    quiet. Quiet (clean_review11.py): map_location and a stopper that saves on rank 0 in each
+    class the name can hold, no_sync for any wrapper, a stop all-reduced, SyncBatchNorm, a
+    spawned worker with no_sync."""
     entry, spawn = PROJECT / "train_review11.py", PROJECT / "train_review11_spawn.py"
     assert found_in(entry) == expected_in(entry) == {
         (17, "DDP070", False), (26, "DDP040", False), (26, "DDP042", False), (28, "DDP050", False),
