@@ -674,6 +674,8 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     assert findings(spawn)[0]["message"].startswith("lab11/worker.py:15: backward() on every micro-batch")
     assert "(also lab11/worker.py:21, in train_actor())" in findings(spawn)[0]["message"]  # one a call
     assert findings(PROJECT / "clean_review11.py") == []
+    # llm-baselines' shape: the micro-batches in a context a backend object gives, handed the model
+    assert findings(PROJECT / "clean_review11_backend.py") == []
 
 
 def test_a_port_from_a_key_that_every_config_file_sets_to_a_number():

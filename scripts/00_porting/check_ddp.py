@@ -3882,6 +3882,9 @@ class Checker:
             if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
                     and "sync" in last(node.context_expr).lower() and node.context_expr.args:
                 return  # a no_sync helper of the project: with ddp_sync(ddp, last_round):
+            if isinstance(node, ast.withitem) and isinstance(node.context_expr, ast.Call) \
+                    and self.handed_the_model(node.context_expr):
+                return  # with backend.context_for_microstep(model=model, ...): may set its sync, unseen
         if self.syncs_in_reach():
             return  # no_sync in a module of the project the script reaches: out of this rule's sight
         said = []  # the loops said: an inner micro-batch loop first, never the loop around it too
@@ -3895,6 +3898,16 @@ class Checker:
                 said.append(loop)
         self.no_sync_functions(said)
         self.no_sync_helpers()
+
+    def handed_the_model(self, call):
+        """A context out of sight that is given the model (`with backend.get_context(model=model,
+        microstep_idx=i):`, `with accelerator.accumulate(model):`): it may hold back the
+        all-reduce itself, as no_sync does."""
+        if self.resolve(call) is not None or self.origin(call.func).startswith("torch."):
+            return False
+        given = list(call.args) + [k.value for k in call.keywords]
+        return any(isinstance(a, (ast.Name, ast.Attribute)) and re.search(r"(?i)model|ddp", last(a))
+                   for a in given)
 
     def syncs_in_reach(self):
         """A function of the project that the script reaches uses no_sync or
