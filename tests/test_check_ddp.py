@@ -654,22 +654,23 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     `__call__` (DDP040 in the save it reaches). An epoch function of the project: its no_sync
     runs only under `isinstance(model, FSDP)`, so the DDP model accumulates without it (DDP050);
     it returns on rank 0 alone inside the loop (DDP191). A BatchNorm four classes down (DDP070).
-    A script that spawns another module's function, which wraps and builds a worker whose method
+    A helper's (data, loader) pair whose loader is read under no_grad: an evaluation (DDP031), so
+    no DDP030. A script that spawns another module's function, which wraps and builds a worker whose method
     accumulates (DDP050, naming both methods that do); the worker's save runs on rank 0 alone:
     quiet. Quiet (clean_review11.py): map_location and a stopper that saves on rank 0 in each
     class the name can hold, no_sync for any wrapper, a stop all-reduced, SyncBatchNorm, a
     spawned worker with no_sync."""
     entry, spawn = PROJECT / "train_review11.py", PROJECT / "train_review11_spawn.py"
     assert found_in(entry) == expected_in(entry) == {
-        (17, "DDP070", False), (26, "DDP040", False), (26, "DDP042", False), (28, "DDP050", False),
-        (28, "DDP191", False)}
+        (25, "DDP031", False), (33, "DDP070", False), (42, "DDP040", False), (42, "DDP042", False),
+        (44, "DDP050", False), (44, "DDP191", False)}
     said = {(f["line"], f["code"]): f["message"] for f in findings(entry)}
-    assert said[26, "DDP042"].startswith("lab11/experiments.py:13: torch.load without map_location")
-    assert said[26, "DDP040"].startswith("lab11/stopping.py:17: torch.save runs on every rank")
-    assert said[28, "DDP050"].startswith("lab11/steps.py:24: backward() on every micro-batch")
-    assert said[28, "DDP191"].startswith("lab11/steps.py:28: this return leaves the loop only on the ranks "
+    assert said[42, "DDP042"].startswith("lab11/experiments.py:13: torch.load without map_location")
+    assert said[42, "DDP040"].startswith("lab11/stopping.py:17: torch.save runs on every rank")
+    assert said[44, "DDP050"].startswith("lab11/steps.py:24: backward() on every micro-batch")
+    assert said[44, "DDP191"].startswith("lab11/steps.py:28: this return leaves the loop only on the ranks "
                                          "where `dist.get_rank() == 0 and inputs.isnan().any()` holds")
-    assert said[17, "DDP070"].startswith("the model is a Policy, whose BatchNorm2d (lab11/nets.py:10)")
+    assert said[33, "DDP070"].startswith("the model is a Policy, whose BatchNorm2d (lab11/nets.py:10)")
     assert found_in(spawn) == expected_in(spawn) == {(9, "DDP050", False)}
     assert findings(spawn)[0]["message"].startswith("lab11/worker.py:15: backward() on every micro-batch")
     assert "(also lab11/worker.py:21, in train_actor())" in findings(spawn)[0]["message"]  # one a call

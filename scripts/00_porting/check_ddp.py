@@ -3027,6 +3027,10 @@ class Checker:
                 found = "yes" if self.in_evaluation(holder.iter, strict) else None
             elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Name):
                 found = self.reads_under_no_grad(holder.targets[0].id, self.function_of(holder), strict)
+            elif isinstance(holder, ast.Assign) and isinstance(holder.targets[0], ast.Tuple):
+                names = [e.id for e in holder.targets[0].elts if isinstance(e, ast.Name) and "loader" in e.id]
+                found = "yes" if len(names) == 1 and self.reads_under_no_grad(  # data, loader = build(...)
+                    names[0], self.function_of(holder), strict) == "yes" else None
             elif isinstance(holder, ast.Assign) and dotted(holder.targets[0]).count(".") == 1 \
                     and dotted(holder.targets[0]).startswith("self."):
                 found = self.attribute_read_in_evaluation(holder.targets[0].attr, holder, strict)
