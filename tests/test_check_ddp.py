@@ -659,7 +659,8 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     accumulates (DDP050, naming both methods that do); the worker's save runs on rank 0 alone:
     quiet. Quiet (clean_review11.py): map_location and a stopper that saves on rank 0 in each
     class the name can hold, no_sync for any wrapper, a stop all-reduced, SyncBatchNorm, a
-    spawned worker with no_sync."""
+    spawned worker with no_sync, a loop left on `world_size == 1` where `world_size, rank =
+    world_size_and_rank()` (the world size is every rank's: no DDP020, no DDP191)."""
     entry, spawn = PROJECT / "train_review11.py", PROJECT / "train_review11_spawn.py"
     assert found_in(entry) == expected_in(entry) == {
         (25, "DDP031", False), (33, "DDP070", False), (42, "DDP040", False), (42, "DDP042", False),

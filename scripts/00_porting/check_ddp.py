@@ -1745,14 +1745,15 @@ class Checker:
     @staticmethod
     def targets_of(node, depends):
         """The targets of an assignment that get a value `depends` picks: in `a, b = x, y`
-        each its own; in `a, b = f(x)` both."""
+        each its own; in `a, b = f(x)` both, but a world size, the same on every rank."""
         out = []
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
             if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) \
                     and len(target.elts) == len(node.value.elts):
                 out += [t for t, v in zip(target.elts, node.value.elts, strict=True) if depends(v)]
-            elif depends(node.value):
-                out += target.elts if isinstance(target, ast.Tuple) else [target]
+            elif depends(node.value):  # world_size, rank = sizes(): the world size is every rank's
+                out += [t for t in target.elts if not re.search(r"(?i)world_?size|num_replicas", dotted(t))] \
+                    if isinstance(target, ast.Tuple) else [target]
         return out
 
     def rank_test(self, test, scope, guard=False):

@@ -20,3 +20,23 @@ def steady_epoch(model, batches, optimizer, accum, scaler=None):
         if stop.item() > 0:
             return False
     return True
+
+
+def world_size_and_rank():
+    return dist.get_world_size(), dist.get_rank()
+
+
+def generate(model, tokens, steps):
+    world_size, rank = world_size_and_rank()  # the tuple carries the rank; world_size is shared
+    for _ in range(steps):
+        tokens = model(tokens)
+        done = (tokens > 0).all()
+        if world_size == 1:
+            if done:
+                break
+        else:
+            flag = done.int()
+            dist.all_reduce(flag)
+            if flag == world_size:
+                break
+    return tokens
