@@ -5544,10 +5544,10 @@ class Checker:
             scope = self.function_of(loop)
             inside = [n for s in loop.body for n in ast.walk(s) if self.function_of(n) is scope]
             calls = [c for c in inside if isinstance(c, ast.Call)]
-            wraps = self.ddp_calls or getattr(self, "entry_ddp", False)  # a module given the DDP model
+            given = getattr(self, "entry_ddp", False)  # a module given the script's DDP model
+            wraps = self.ddp_calls or given
             if not any(self.is_collective(c) or (wraps and (self.is_backward(c) or (
-                    getattr(self, "entry_ddp", False) and isinstance(c.func, ast.Name)  # a module's backward(loss)
-                    and self.reaches(c, "is_backward"))))
+                    given and isinstance(c.func, ast.Name) and self.reaches(c, "is_backward"))))
                        or self.reaches_collective(c) for c in calls):
                 continue  # no collective in it: a rank that leaves early strands no one
             exits = [n for n in inside if (isinstance(n, ast.Break) and self.loop_of(n) is loop)
