@@ -5653,9 +5653,10 @@ def check_source(text, tree, path="<string>", select=None, ignore=None, root=Non
         checker = Checker(viewed, project=project, path=path if project else None)
         _VERDICTS[path] = checker.distributed or ("named" if checker.names_distributed else False)
         for line, col, code, severity, message, node in sorted(checker.check(), key=lambda f: f[:3]):
-            if (line, col, code) in seen or silenced(lines, node, code) or not selected(code, select, ignore):
-                continue
-            seen.add((line, col, code))
+            if (line, col, code) in seen or (line, code, message) in seen or silenced(lines, node, code) \
+                    or not selected(code, select, ignore):
+                continue  # said: at this column, or in the same words on this line (data, loader = f())
+            seen |= {(line, col, code), (line, code, message)}
             rule = RULES[code]
             out.append({"path": path, "line": line, "col": col, "code": code, "severity": severity,
                         "message": message, "chapter": rule.chapter, "page": rule.page,
