@@ -1030,6 +1030,16 @@ def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagg
         assert f'--8<-- "tests/check_corpus_{review}.md:{part}"' in page
 
 
+def test_the_pages_summary_of_the_blind_reviews_is_their_tables():
+    """docs/check.md opens its measures with the last two blind reviews' precision and recall:
+    the numbers of the reviewed versions' rows in their tables, in order."""
+    page = (REPO / "docs" / "check.md").read_text()
+    row = r"the review's run \|[^\n]*\| ([0-9.]+) \([0-9/]+\) \| ([0-9.]+) \([0-9/]+\) \|"
+    runs = [re.search(row, (REPO / "tests" / f"check_corpus_{review}.md").read_text())
+            for review in ("review10", "review11")]
+    said = f"measured precision {runs[0][1]} and {runs[1][1]}, but recall {runs[0][2]} and {runs[1][2]}"
+    assert said in " ".join(page.split())
+
 # --------------------------------------------------------------------------- preflight
 def assert_preflight_ok(output: str, launcher: str, world: int, nodes: int = 1) -> None:
     header = f"preflight: launcher={launcher} world_size={world} nodes={nodes} backend=gloo rendezvous="
