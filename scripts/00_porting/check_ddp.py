@@ -4363,8 +4363,8 @@ class Checker:
     def built_from(self, model, scope, depth=0):
         """The call that builds the model DDP wraps: `ConvNet()`, `getattr(models, name)(...)`,
         through names and `.to(device)`/`.cuda()`; None where there are several or none."""
-        while isinstance(model, ast.Call) and isinstance(model.func, ast.Attribute) \
-                and model.func.attr in ("to", "cuda", "cpu", "float", "double", "half", "train"):
+        moves = ("to", "cuda", "cpu", "float", "double", "half", "train")  # gpu-checked: names read in source
+        while isinstance(model, ast.Call) and isinstance(model.func, ast.Attribute) and last(model) in moves:
             model = model.func.value
         if isinstance(model, ast.Call):
             return model.func if isinstance(model.func, ast.Call) and last(model.func) == "getattr" else model
