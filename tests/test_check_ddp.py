@@ -1205,3 +1205,45 @@ def test_shared_gpus_tells_per_task_binding_from_two_ranks_on_one_gpu():
     [message] = check_ddp.shared_gpus([report(0, "n1", "GPU-a"), report(1, "n1", "GPU-b"),
                                        report(2, "n1", "GPU-b")])
     assert message.startswith("ranks 1 and 2 on n1 share one GPU (GPU-b) under nccl")
+
+
+UNREAD = FIXTURES / "unread"
+
+
+def test_a_run_names_the_places_where_it_stopped_reading(capsys):
+    """After the summary, a run lists where its reading stopped, so that 'no findings' is not
+    read as 'no pitfall': a trainer a registry builds, a model class eval picks, a package of a
+    src/ layout it did not find; each at its line, no code, no severity, exit 0. JSON lists them
+    under "unread"; --severity warning hides them as it hides notes; a script it read whole
+    prints no such block (clean.py's whole output is asserted in the command-line test)."""
+    expected = {
+        "registry_trainer.py": "14: `trainer`: TRAINERS.build({'type': args.trainer}) "
+                               "(a registry builds it from a name known at run time)",
+        "eval_model.py": "24: `model`: DDP(eval(args.arch)()) (picked at run time by eval)",
+        "src_layout.py": "5: `import labkit` (src/labkit) "
+                         "(not beside the script or above it: a src/ layout?)",
+    }
+    for name, said in expected.items():
+        entry = str(UNREAD / name)
+        assert check_ddp.main([entry]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "no findings (1 file(s) checked)", "not followed (check these by hand):", f"  {entry}:{said}"]
+    entries = [str(UNREAD / name) for name in expected]
+    assert check_ddp.main(["--format", "json", *entries]) == 0
+    listed = json.loads(capsys.readouterr().out)["unread"]
+    assert [(p["path"], p["line"]) for p in listed] == [(entries[0], 14), (entries[1], 24), (entries[2], 5)]
+    assert check_ddp.main(["--severity", "warning", *entries]) == 0
+    assert capsys.readouterr().out == "no findings (3 file(s) checked)\n"
+    assert check_ddp.main(["--select", "DDP070", entries[1]]) == 0  # a rule picked: still said
+    assert "not followed (check these by hand):" in capsys.readouterr().out
+
+
+def test_the_not_followed_block_stays_short():
+    """Five places at most in the text; the rest are counted and left to --format json."""
+    places = [{"path": "train.py", "line": n, "what": "`model`: eval(name)()",
+               "why": "picked at run time by eval"} for n in range(1, 8)]
+    lines = check_ddp.unread_lines(places)
+    assert lines[0] == "not followed (check these by hand):" and len(lines) == 7
+    assert lines[1] == "  train.py:1: `model`: eval(name)() (picked at run time by eval)"
+    assert lines[-1] == "  ... and 2 more (--format json lists them all)"
+    assert check_ddp.unread_lines([]) == []

@@ -29,6 +29,7 @@ The job templates (slurm_job.sh, pbs_job.sh) run it before training: one line to
 
 import argparse
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -2003,11 +2004,13 @@ class Checker:
         relevant = [(path, reached) for path, reached in by_file.items()
                     if any(worth(path, function) for function, _ in reached)]
         lines = 0
-        for path, reached in relevant[:FOLLOWED_FILES]:
+        self.capped = [(p, r[0][1]) for p, r in relevant[FOLLOWED_FILES:]]  # named in the report
+        for index, (path, reached) in enumerate(relevant[:FOLLOWED_FILES]):
             tree = parse_module(path)
             lines += tree.body[-1].end_lineno if tree.body else 0
-            if lines > FOLLOWED_LINES:
-                break  # the time a check takes: the nearest modules first
+            if lines > FOLLOWED_LINES:  # the time a check takes: the nearest modules first
+                self.capped = [(p, r[0][1]) for p, r in relevant[index:]]
+                break
             try:
                 checker = Checker(tree, project=Project(path, self.project.top), path=path, depth=1,
                                   followed=True)
@@ -5589,6 +5592,236 @@ class Checker:
 
 
 # ------------------------------------------------------------------------ reading files
+# ------------------------------------------------------------ where the checker stopped reading
+ROLE = re.compile(r"model|net$|^net|network|optim|loader|sampler|dataset|trainer|runner|engine|learner|solver"
+                  r"|^exp$|experiment|agent|algorithm|^algo$|hook|callback", re.I)  # what the rules look at
+RUN_VERBS = re.compile(r"^(train|fit|run|test|eval|valid|val$|predict|learn|launch|start|execute|main|loop)")
+REGISTRY = re.compile(r"regist|^[A-Z][A-Z0-9_]*$")  # MODELS.build(cfg), MODEL_REGISTRY.get(name)
+UNREAD_SHOWN = 5  # places the text report lists; --format json lists them all
+
+
+def picked_at_run_time(call):
+    """Why `call` makes something the checker cannot name: the class or function is chosen
+    by a value at run time. None where it is named in the code."""
+    func, args = call.func, call.args
+    literal = bool(args) and isinstance(args[0], ast.Constant)
+    name = last(call)
+    if isinstance(func, ast.Name) and func.id == "eval" and args and not literal:
+        return "picked at run time by eval"
+    if isinstance(func, ast.Name) and func.id == "getattr" and len(args) >= 2 \
+            and not isinstance(args[1], ast.Constant):
+        owner = dotted(args[0]).split(".")[0]
+        return None if owner in ("torch", "nn", "F", "optim") else "picked at run time by getattr"
+    if name in ("import_module", "__import__") and args and not literal:
+        return "a module imported by a name known at run time"
+    if name == "instantiate" and dotted(func) in ("instantiate", "hydra.utils.instantiate",
+                                                  "utils.instantiate"):
+        return "a class named in a config (hydra's instantiate)"
+    if name == "build_from_cfg" or (isinstance(func, ast.Attribute) and name in ("build", "get", "get_class")
+                                    and REGISTRY.search(last(func.value) if isinstance(
+                                        func.value, (ast.Name, ast.Attribute)) else "")):
+        if name == "get" and args and isinstance(args[0], ast.Constant):
+            return None
+        return "a registry builds it from a name known at run time"
+    if isinstance(func, ast.Subscript) and not isinstance(func.slice, ast.Constant) \
+            and isinstance(func.value, (ast.Name, ast.Attribute)):
+        return "a class or function looked up in a dict by a value"
+    return None
+
+
+def what_it_makes(parents, call, scope_nodes):
+    """(what the rules need from the object `call` makes: '`model`', '`trainer`, whose methods
+    run', ..., the expression that makes it), or None when it makes nothing they look at (an
+    activation, a scheduler, a buffer)."""
+    node, parent, wrapped = call, parents.get(call), 0
+    while isinstance(parent, ast.Call) and parent.func is node:  # getattr(m, name)(cfg)
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.Expr):
+        return ("a call", node) if node is not call else None  # getattr(runner, mode)(): it runs
+    while isinstance(parent, (ast.Call, ast.Attribute)) and wrapped < 4:  # DDP(eval(name)()).to(device)
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
+                and parent.func.attr in ("append", "extend", "insert") and node in parent.args:
+            names = [last(parent.func.value)]  # hooks.append(HOOKS.build(cfg)): one of the hooks
+            return (f"`{names[0]}`", node) if ROLE.search(names[0]) else None
+        node, parent, wrapped = parent, parents.get(parent), wrapped + 1
+    if not (isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node):
+        return None
+    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+    for name in [t.id if isinstance(t, ast.Name) else t.attr for t in targets
+                 if isinstance(t, (ast.Name, ast.Attribute))]:
+        if ROLE.search(name):
+            return f"`{name}`", node
+        uses = [n for n in scope_nodes if isinstance(n, ast.Call) and n.lineno > parent.lineno]
+        for use in uses:  # model_class = getattr(models, name) ... model = model_class(cfg)
+            statement = parents.get(use)
+            if isinstance(use.func, ast.Name) and use.func.id == name and (
+                    isinstance(statement, ast.Expr) or isinstance(statement, ast.Assign) and any(
+                        ROLE.search(last(t)) for t in statement.targets)):
+                return f"`{name}`, then called", node
+        if any(isinstance(u.func, ast.Attribute) and isinstance(u.func.value, ast.Name)
+               and u.func.value.id == name and RUN_VERBS.match(u.func.attr) for u in uses):
+            return f"`{name}`, whose methods run", node
+    return None
+
+
+def project_folders(project, limit=600):
+    """{name: a folder of the project that holds Python code}: what an import the checker
+    could not find may be (a src/ layout, a package on PYTHONPATH)."""
+    if not hasattr(project, "folders"):
+        project.folders, visited = {}, 0
+        for top in dict.fromkeys([project.script.parent, project.top]):  # the script's folder first
+            for folder, dirs, files in os.walk(top):
+                visited += 1
+                dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")) and d not in INSTALLED
+                                 and d not in ("node_modules", "build", "dist"))
+                if any(f.endswith(".py") for f in files):
+                    project.folders.setdefault(Path(folder).name, Path(folder))
+                if visited >= limit:
+                    return project.folders
+    return project.folders
+
+
+def installed(name):
+    """The Python that runs the checker has a package `name` outside the project (torch)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and any(part in INSTALLED for part in Path(spec.origin or "").parts)
+
+
+def unread_imports(checker):
+    """[(line, what, why)]: the entry file's imports of the project that the checker could not
+    find: a relative import, or a name that is a folder of the project (src/NAME), once each."""
+    project, out, said = checker.project, [], set()
+    for node in checker.nodes:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            modules = [(node.module or "", node.level)]
+        else:
+            modules = [(a.name, 0) for a in node.names]
+        for module, level in modules:
+            if level:
+                if project.find(module, level, checker.folder) is not None or any(
+                        project.find(".".join(p for p in (module, a.name) if p), level, checker.folder)
+                        for a in node.names) or ("." * level + module) in said:
+                    continue
+                said.add("." * level + module)
+                out.append((node.lineno, f"`from {'.' * level}{module} import ...`",
+                            "a relative import: run as a module of a package the checker did not find"))
+                continue
+            head = module.split(".")[0]
+            if head in said or head in sys.stdlib_module_names or project.find(head, 0, checker.folder) \
+                    or project.find(module, 0, checker.folder):
+                continue
+            folder = project_folders(project).get(head)
+            if folder is None or head.startswith("torch") or not (folder / "__init__.py").is_file() \
+                    and folder.parent not in project.roots or installed(head):
+                continue
+            said.add(head)
+            where = os.path.relpath(folder, checker.path.resolve().parent)
+            why = "a folder without __init__.py: the checker follows packages only" \
+                if folder.parent in project.roots else "not beside the script or above it: a src/ layout?"
+            out.append((node.lineno, f"`import {head}` ({where})", why))
+    return out
+
+
+def from_config(checker, value):
+    """`value` is read from a config the checker does not read: `h.dist_config['dist_url']`,
+    `cfg.DIST.BACKEND`; not a literal, a command-line option (its default is read), the
+    environment, or a name of the function."""
+    if isinstance(value, (ast.Constant, ast.JoinedStr, ast.Name)) or isinstance(value, ast.Call):
+        return False
+    text = dotted(value) if isinstance(value, ast.Attribute) else ""
+    if "environ" in ast.unparse(value) or (isinstance(value, ast.Attribute) and text.count(".") == 1 and (
+            text.split(".")[0] in ("args", "opt", "opts", "flags") or checker.is_option(value.attr))):
+        return False  # a command-line option: the checker reads its default
+    return isinstance(value, (ast.Subscript, ast.Attribute))
+
+
+def unread_settings(checker, path, shown):
+    """[place]: a backend or a rendezvous URL (its port) that init_process_group takes from a
+    config the checker did not read, where no rule said anything at that line."""
+    calls = [(path, c) for c in checker.calls]
+    if checker.distributed or checker.names_distributed:
+        calls += [(shown(p), n) for p, function, _ in checker.deep_reach() for n in ast.walk(function)
+                  if isinstance(n, ast.Call)]
+    said = {(f[0], f[2]) for f in checker.findings}
+    out = {}
+    for where, call in calls:
+        if last(call) != "init_process_group":
+            continue
+        for name, code, what in (("backend", "DDP131", "the backend"), ("init_method", "DDP130", "the port")):
+            value = keyword(call, name) or (call.args[0] if name == "backend" and call.args else None)
+            if value is not None and from_config(checker, value) and (
+                    where != path or (call.lineno, code) not in said):
+                place = out.setdefault((where, value.lineno), {"path": where, "line": value.lineno,
+                                                                "what": [], "why": []})
+                place["what"].append(f"`{name}={ast.unparse(value)[:50]}`")
+                place["why"].append(what)
+    for place in out.values():
+        place["what"] = ", ".join(place["what"])
+        place["why"] = f"{' and '.join(place['why'])}, from a config the checker did not read"
+    return list(out.values())
+    return out
+
+
+def unread_places(checker, path):
+    """[{path, line, what, why}]: where the checker stopped on the code it follows from the
+    entry file: an object picked at run time that the rules would need, a project import not
+    found, modules left unread past the followed-lines cap. What a reader checks by hand."""
+    if checker.project is None or checker.path is None:
+        return []
+    here = checker.path.resolve()
+    places = []
+
+    def shown(module_path):
+        return path if module_path == here else os.path.normpath(
+            os.path.join(os.path.dirname(path), checker.project.where(module_path)))
+
+    def picks(module_path, scope_nodes, function, parents):
+        reach = checker.project.reach
+        for call in scope_nodes:
+            if not isinstance(call, ast.Call):
+                continue
+            why = picked_at_run_time(call)
+            if why is None:
+                continue
+            scope = checker.function_of(call) if function is None else function
+            if reach.functions(module_path, scope, call) or reach.functions(module_path, scope, call.func):
+                continue  # the checker names what it picks: followed
+            found = what_it_makes(parents, call, scope_nodes)
+            if found is not None:
+                what, node = found
+                text = ast.unparse(node)
+                text = text if len(text) <= 60 else text[:57] + "..."
+                places.append({"path": shown(module_path), "line": call.lineno,
+                               "what": f"{what}: {text}", "why": why})
+
+    picks(here, [n for n in checker.nodes if isinstance(n, ast.Call)], None, checker.parents)
+    places += [{"path": path, "line": line, "what": what, "why": why}
+               for line, what, why in unread_imports(checker)]
+    if checker.distributed or checker.names_distributed:
+        for module_path, function, _ in checker.deep_reach():
+            nodes = list(ast.walk(function))
+            picks(module_path, nodes, function, {c: n for n in nodes for c in ast.iter_child_nodes(n)})
+    places += unread_settings(checker, path, shown)
+    capped = {}  # the entry file's call -> the modules it reaches that were left unread
+    for module_path, call in getattr(checker, "capped", []):
+        capped.setdefault(call.lineno, []).append(checker.project.where(module_path))
+    for line, modules in capped.items():
+        named = ", ".join(modules[:3]) + (f" and {len(modules) - 3} more" if len(modules) > 3 else "")
+        places.append({"path": path, "line": line, "what": f"what this call reaches in {named}",
+                       "why": f"past the followed-lines cap ({FOLLOWED_LINES} lines): not read"})
+    seen, out = set(), []
+    for place in sorted(places, key=lambda p: (p["path"], p["line"], p["what"])):
+        if (place["path"], place["line"]) not in seen:
+            seen.add((place["path"], place["line"]))
+            out.append(place)
+    return out
+
+
 class Unreadable(Exception):
     pass
 
@@ -5638,6 +5871,7 @@ def project_of(path, root=None, follow=True):
 
 _TREE_FACTS = {}  # id(tree) -> (tree, what Checker.tree_facts found in it)
 _VERDICTS = {}  # path -> whether check_source found the script distributed ("named": it calls it)
+_UNREAD = {}  # path -> the places check_source could not read past (unread_places)
 
 
 def check_source(text, tree, path="<string>", select=None, ignore=None, root=None, follow=True):
@@ -5652,7 +5886,10 @@ def check_source(text, tree, path="<string>", select=None, ignore=None, root=Non
         ast.fix_missing_locations(viewed)
         checker = Checker(viewed, project=project, path=path if project else None)
         _VERDICTS[path] = checker.distributed or ("named" if checker.names_distributed else False)
-        for line, col, code, severity, message, node in sorted(checker.check(), key=lambda f: f[:3]):
+        findings = checker.check()
+        if view != "bad":  # where it stopped reading: said once, of the script as it runs
+            _UNREAD[path] = unread_places(checker, path)
+        for line, col, code, severity, message, node in sorted(findings, key=lambda f: f[:3]):
             if (line, col, code) in seen or (line, code, message) in seen or silenced(lines, node, code) \
                     or not selected(code, select, ignore):
                 continue  # said: at this column, or in the same words on this line (data, loader = f())
@@ -5690,7 +5927,7 @@ def plural(count, word):
 
 
 def main_check(args):
-    results, unreadable, plain, unfollowed = [], [], [], []
+    results, unreadable, plain, unfollowed, unread = [], [], [], [], []
     least = SEVERITIES.index(args.severity)
     for path in args.paths:
         try:
@@ -5700,6 +5937,8 @@ def main_check(args):
             continue
         results += [f for f in check_source(text, tree, path, args.select, args.ignore)
                     if SEVERITIES.index(f["severity"]) >= least]
+        if least == 0:  # a note's worth: hidden with --severity warning or error, as notes are
+            unread += [p for p in _UNREAD.get(path, []) if p not in unread]
         verdict = _VERDICTS.get(path, True)
         if verdict == "named":
             unfollowed.append(path)  # it calls torch.distributed, its DDP is out of sight
@@ -5708,17 +5947,19 @@ def main_check(args):
     failing = [f for f in results if f["severity"] != "note"]
     code = 2 if unreadable else 1 if failing else 0
     try:
-        report(args, results, unreadable, plain, unfollowed)
+        report(args, results, unreadable, plain, unfollowed, unread)
     except BrokenPipeError:  # | head read what it wanted: stop quietly, with the same exit code
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
 
 
-def report(args, results, unreadable, plain, unfollowed=()):
+def report(args, results, unreadable, plain, unfollowed=(), unread=()):
     if args.format == "json":
         said = {"findings": results, "errors": unreadable, "not_distributed": plain}
         if unfollowed:
             said["not_followed"] = list(unfollowed)  # calls torch.distributed, its DDP out of sight
+        if unread:
+            said["unread"] = list(unread)  # where the checker stopped reading: check by hand
         print(json.dumps(said, indent=2))
     else:
         for error in unreadable:
@@ -5743,6 +5984,25 @@ def report(args, results, unreadable, plain, unfollowed=()):
             summary = f"{summary}; {note}"
         print(summary, f"({checked} file(s) checked"
               + (f", {len(unreadable)} unreadable)" if unreadable else ")"), flush=True)
+        print_unread(unread)
+
+
+def unread_lines(unread):
+    """The text report's block of the places where the checker stopped reading: no finding
+    (no code, no severity), at most UNREAD_SHOWN of them; [] when there is none."""
+    if not unread:
+        return []
+    places = sorted(unread, key=lambda p: (p["path"], p["line"]))
+    lines = ["not followed (check these by hand):"]
+    lines += [f"  {p['path']}:{p['line']}: {p['what']} ({p['why']})" for p in places[:UNREAD_SHOWN]]
+    if len(places) > UNREAD_SHOWN:
+        lines.append(f"  ... and {len(places) - UNREAD_SHOWN} more (--format json lists them all)")
+    return lines
+
+
+def print_unread(unread):
+    for line in unread_lines(unread):
+        print(line, flush=True)
 # ------------------------------------------------------------------------ the preflight
 LAUNCHERS = [  # (name, rank, world size, local rank, local world size)
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
@@ -6039,8 +6299,12 @@ def codes(text):
     return out
 
 
+EPILOG = ("After the summary, 'not followed' lists where the checker stopped reading (a class picked at "
+          "run time, an import not found): no finding, no exit code; shown as notes are, whatever --select.")
+
+
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(description=__doc__, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "paths",
