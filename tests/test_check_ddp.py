@@ -1236,6 +1236,10 @@ def test_a_run_names_the_places_where_it_stopped_reading(capsys):
     assert capsys.readouterr().out == "no findings (3 file(s) checked)\n"
     assert check_ddp.main(["--select", "DDP070", entries[1]]) == 0  # a rule picked: still said
     assert "not followed (check these by hand):" in capsys.readouterr().out
+    # picks that need no reading by hand (torch.optim's class, an object's method or attribute,
+    # a command-line backend): no block
+    assert check_ddp.main([str(UNREAD / "resolved.py")]) == 0
+    assert capsys.readouterr().out == "no findings (1 file(s) checked)\n"
 
 
 def test_the_not_followed_block_stays_short():

@@ -5597,12 +5597,14 @@ ROLE = re.compile(r"model|net$|^net|network|optim|loader|sampler|dataset|trainer
                   r"|^exp$|experiment|agent|algorithm|^algo$|hook|callback", re.I)  # what the rules look at
 RUN_VERBS = re.compile(r"^(train|fit|run|test|eval|valid|val$|predict|learn|launch|start|execute|main|loop)")
 REGISTRY = re.compile(r"regist|^[A-Z][A-Z0-9_]*$")  # MODELS.build(cfg), MODEL_REGISTRY.get(name)
+REGISTRY_GET = re.compile(r"regist", re.I)  # .get of a registry, not of any dict
 UNREAD_SHOWN = 5  # places the text report lists; --format json lists them all
 
 
-def picked_at_run_time(call):
+def picked_at_run_time(call, imported):
     """Why `call` makes something the checker cannot name: the class or function is chosen
-    by a value at run time. None where it is named in the code."""
+    by a value at run time. None where it is named in the code. `imported`: the names the
+    file's imports bind (getattr picks from a module, not an attribute of an object)."""
     func, args = call.func, call.args
     literal = bool(args) and isinstance(args[0], ast.Constant)
     name = last(call)
@@ -5611,7 +5613,9 @@ def picked_at_run_time(call):
     if isinstance(func, ast.Name) and func.id == "getattr" and len(args) >= 2 \
             and not isinstance(args[1], ast.Constant):
         owner = dotted(args[0]).split(".")[0]
-        return None if owner in ("torch", "nn", "F", "optim") else "picked at run time by getattr"
+        from_module = owner in imported or isinstance(args[0], ast.Call) and last(args[0]) == "import_module"
+        return "picked at run time by getattr" if from_module and owner not in ("torch", "nn", "F", "optim") \
+            else None
     if name in ("import_module", "__import__") and args and not literal:
         return "a module imported by a name known at run time"
     if name == "instantiate" and dotted(func) in ("instantiate", "hydra.utils.instantiate",
@@ -5620,7 +5624,8 @@ def picked_at_run_time(call):
     if name == "build_from_cfg" or (isinstance(func, ast.Attribute) and name in ("build", "get", "get_class")
                                     and REGISTRY.search(last(func.value) if isinstance(
                                         func.value, (ast.Name, ast.Attribute)) else "")):
-        if name == "get" and args and isinstance(args[0], ast.Constant):
+        if name == "get" and (args and isinstance(args[0], ast.Constant) or not REGISTRY_GET.search(
+                last(func.value) if isinstance(func.value, (ast.Name, ast.Attribute)) else "")):
             return None
         return "a registry builds it from a name known at run time"
     if isinstance(func, ast.Subscript) and not isinstance(func.slice, ast.Constant) \
@@ -5693,7 +5698,7 @@ def installed(name):
 def unread_imports(checker):
     """[(line, what, why)]: the entry file's imports of the project that the checker could not
     find: a relative import, or a name that is a folder of the project (src/NAME), once each."""
-    project, out, said = checker.project, [], set()
+    project, out, said, relative = checker.project, [], set(), []
     for node in checker.nodes:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
@@ -5708,15 +5713,15 @@ def unread_imports(checker):
                         for a in node.names) or ("." * level + module) in said:
                     continue
                 said.add("." * level + module)
-                out.append((node.lineno, f"`from {'.' * level}{module} import ...`",
-                            "a relative import: run as a module of a package the checker did not find"))
+                relative.append((node.lineno, f"{'.' * level}{module}"))
                 continue
             head = module.split(".")[0]
             if head in said or head in sys.stdlib_module_names or project.find(head, 0, checker.folder) \
                     or project.find(module, 0, checker.folder):
                 continue
             folder = project_folders(project).get(head)
-            if folder is None or head.startswith("torch") or not (folder / "__init__.py").is_file() \
+            if folder is None or head.startswith("torch") or folder in checker.path.resolve().parents \
+                    or not (folder / "__init__.py").is_file() \
                     and folder.parent not in project.roots or installed(head):
                 continue
             said.add(head)
@@ -5724,6 +5729,10 @@ def unread_imports(checker):
             why = "a folder without __init__.py: the checker follows packages only" \
                 if folder.parent in project.roots else "not beside the script or above it: a src/ layout?"
             out.append((node.lineno, f"`import {head}` ({where})", why))
+    if relative:  # one line for them all: the file is run outside the package it belongs to
+        more = f" and {len(relative) - 1} more" if len(relative) > 1 else ""
+        out.append((relative[0][0], f"`from {relative[0][1]} import ...`{more}",
+                    "relative imports of a package the checker did not find"))
     return out
 
 
@@ -5731,7 +5740,8 @@ def from_config(checker, value):
     """`value` is read from a config the checker does not read: `h.dist_config['dist_url']`,
     `cfg.DIST.BACKEND`; not a literal, a command-line option (its default is read), the
     environment, or a name of the function."""
-    if isinstance(value, (ast.Constant, ast.JoinedStr, ast.Name)) or isinstance(value, ast.Call):
+    if isinstance(value, (ast.Constant, ast.JoinedStr, ast.Name, ast.Call)) \
+            or dotted(value).startswith("self."):  # an attribute of an object: set anywhere
         return False
     text = dotted(value) if isinstance(value, ast.Attribute) else ""
     if "environ" in ast.unparse(value) or (isinstance(value, ast.Attribute) and text.count(".") == 1 and (
@@ -5782,10 +5792,15 @@ def unread_places(checker, path):
 
     def picks(module_path, scope_nodes, function, parents):
         reach = checker.project.reach
+        found = reach.parsed(module_path) if module_path != here else None
+        imported = set(checker.imports) if module_path == here else set(found[3]) if found else set()
+        imported |= {t.id for n in scope_nodes if isinstance(n, ast.Call) and last(n) == "import_module"
+                     and isinstance(parents.get(n), ast.Assign) for t in parents[n].targets
+                     if isinstance(t, ast.Name)}  # module = importlib.import_module(path)
         for call in scope_nodes:
             if not isinstance(call, ast.Call):
                 continue
-            why = picked_at_run_time(call)
+            why = picked_at_run_time(call, imported)
             if why is None:
                 continue
             scope = checker.function_of(call) if function is None else function
@@ -5886,10 +5901,9 @@ def check_source(text, tree, path="<string>", select=None, ignore=None, root=Non
         ast.fix_missing_locations(viewed)
         checker = Checker(viewed, project=project, path=path if project else None)
         _VERDICTS[path] = checker.distributed or ("named" if checker.names_distributed else False)
-        findings = checker.check()
-        if view != "bad":  # where it stopped reading: said once, of the script as it runs
-            _UNREAD[path] = unread_places(checker, path)
-        for line, col, code, severity, message, node in sorted(findings, key=lambda f: f[:3]):
+        if view != "bad":
+            running = checker  # the script as it runs: where it stopped reading, said once below
+        for line, col, code, severity, message, node in sorted(checker.check(), key=lambda f: f[:3]):
             if (line, col, code) in seen or (line, code, message) in seen or silenced(lines, node, code) \
                     or not selected(code, select, ignore):
                 continue  # said: at this column, or in the same words on this line (data, loader = f())
@@ -5898,6 +5912,7 @@ def check_source(text, tree, path="<string>", select=None, ignore=None, root=Non
             out.append({"path": path, "line": line, "col": col, "code": code, "severity": severity,
                         "message": message, "chapter": rule.chapter, "page": rule.page,
                         "variant": "bad" if view == "bad" else None})
+    _UNREAD[path] = unread_places(running, path)  # after every view's findings: it reads more of the project
     return sorted(out, key=lambda f: (f["line"], f["col"], f["code"]))
 
 
