@@ -1222,6 +1222,8 @@ def test_a_run_names_the_places_where_it_stopped_reading(capsys):
         "eval_model.py": "24: `model`: DDP(eval(args.arch)()) (picked at run time by eval)",
         "src_layout.py": "5: `import labkit` (src/labkit) "
                          "(not beside the script or above it: a src/ layout?)",
+        "config_port.py": "15: `init_method=settings['dist']['url']` "
+                          "(the port, from a config the checker did not read)",
     }
     for name, said in expected.items():
         entry = str(UNREAD / name)
@@ -1231,9 +1233,10 @@ def test_a_run_names_the_places_where_it_stopped_reading(capsys):
     entries = [str(UNREAD / name) for name in expected]
     assert check_ddp.main(["--format", "json", *entries]) == 0
     listed = json.loads(capsys.readouterr().out)["unread"]
-    assert [(p["path"], p["line"]) for p in listed] == [(entries[0], 14), (entries[1], 24), (entries[2], 5)]
+    assert [(p["path"], p["line"]) for p in listed] == [(entries[0], 14), (entries[1], 24), (entries[2], 5),
+                                                        (entries[3], 15)]
     assert check_ddp.main(["--severity", "warning", *entries]) == 0
-    assert capsys.readouterr().out == "no findings (3 file(s) checked)\n"
+    assert capsys.readouterr().out == "no findings (4 file(s) checked)\n"
     assert check_ddp.main(["--select", "DDP070", entries[1]]) == 0  # a rule picked: still said
     assert "not followed (check these by hand):" in capsys.readouterr().out
     # picks that need no reading by hand (torch.optim's class, an object's method or attribute,
@@ -1251,3 +1254,14 @@ def test_the_not_followed_block_stays_short():
     assert lines[1] == "  train.py:1: `model`: eval(name)() (picked at run time by eval)"
     assert lines[-1] == "  ... and 2 more (--format json lists them all)"
     assert check_ddp.unread_lines([]) == []
+
+
+def test_the_modules_past_the_followed_lines_cap_are_named(capsys, monkeypatch):
+    """The rules run on at most FOLLOWED_LINES lines of the modules a script reaches; with the
+    cap at one line, the call that reaches helpers/loaders.py names it as left unread."""
+    entry = str(PROJECT / "train_review6.py")
+    monkeypatch.setattr(check_ddp, "FOLLOWED_LINES", 1)
+    check_ddp.main([entry])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"  {entry}:30: what this call reaches in helpers/loaders.py "
+        "(past the followed-lines cap (1 lines): its rules not run there)")

@@ -5750,20 +5750,34 @@ def from_config(checker, value):
     return isinstance(value, (ast.Subscript, ast.Attribute))
 
 
+def sets_device(paths):
+    """A module of `paths` sets or picks the rank's GPU (set_device, a device context,
+    CUDA_VISIBLE_DEVICES, device_id): the backend does not decide DDP131 then."""
+    return any(tree is not None and any(
+        (isinstance(n, ast.Attribute) and n.attr == "set_device")
+        or (isinstance(n, ast.Call) and dotted(n.func).endswith("cuda.device"))
+        or (isinstance(n, ast.Constant) and n.value == "CUDA_VISIBLE_DEVICES")
+        or (isinstance(n, ast.keyword) and n.arg == "device_id") for n in ast.walk(tree))
+        for tree in map(parse_module, paths))
+
+
 def unread_settings(checker, path, shown):
-    """[place]: a backend or a rendezvous URL (its port) that init_process_group takes from a
-    config the checker did not read, where no rule said anything at that line."""
-    calls = [(path, c) for c in checker.calls]
+    """[place]: a rendezvous URL (its port) that init_process_group takes from a config, which
+    no rule reads; a backend from a config in a module of the project (the script's own is
+    DDP131's to weigh), where no module sets the device. No place where a rule spoke."""
+    calls = [(path, checker.path.resolve(), c) for c in checker.calls]
     if checker.distributed or checker.names_distributed:
-        calls += [(shown(p), n) for p, function, _ in checker.deep_reach() for n in ast.walk(function)
+        calls += [(shown(p), p, n) for p, function, _ in checker.deep_reach() for n in ast.walk(function)
                   if isinstance(n, ast.Call)]
     said = {(f[0], f[2]) for f in checker.findings}
-    out = {}
-    for where, call in calls:
+    out, reached = {}, {checker.path.resolve()} | {p for p, _, _ in checker.deep_reach()}
+    for where, module, call in calls:
         if last(call) != "init_process_group":
             continue
         for name, code, what in (("backend", "DDP131", "the backend"), ("init_method", "DDP130", "the port")):
             value = keyword(call, name) or (call.args[0] if name == "backend" and call.args else None)
+            if name == "backend" and (where == path or sets_device(reached | {module})):
+                continue  # the script's own: DDP131 weighs it; a device set: the backend decides nothing
             if value is not None and from_config(checker, value) and (
                     where != path or (call.lineno, code) not in said):
                 place = out.setdefault((where, value.lineno), {"path": where, "line": value.lineno,
@@ -5804,7 +5818,8 @@ def unread_places(checker, path):
             if why is None:
                 continue
             scope = checker.function_of(call) if function is None else function
-            if reach.functions(module_path, scope, call) or reach.functions(module_path, scope, call.func):
+            if reach.functions(module_path, scope, call) or reach.functions(module_path, scope, call.func) \
+                    or reach.picked(module_path, call):  # getattr(launchers, "init_dist_%s" % name)
                 continue  # the checker names what it picks: followed
             found = what_it_makes(parents, call, scope_nodes)
             if found is not None:
@@ -5828,7 +5843,8 @@ def unread_places(checker, path):
     for line, modules in capped.items():
         named = ", ".join(modules[:3]) + (f" and {len(modules) - 3} more" if len(modules) > 3 else "")
         places.append({"path": path, "line": line, "what": f"what this call reaches in {named}",
-                       "why": f"past the followed-lines cap ({FOLLOWED_LINES} lines): not read"})
+                       "why": f"past the followed-lines cap ({FOLLOWED_LINES:,} lines): "
+                              "its rules not run there"})
     seen, out = set(), []
     for place in sorted(places, key=lambda p: (p["path"], p["line"], p["what"])):
         if (place["path"], place["line"]) not in seen:
