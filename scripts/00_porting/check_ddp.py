@@ -5646,8 +5646,8 @@ def what_it_makes(parents, call, scope_nodes):
     while isinstance(parent, (ast.Call, ast.Attribute)) and wrapped < 4:  # DDP(eval(name)()).to(device)
         if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
                 and parent.func.attr in ("append", "extend", "insert") and node in parent.args:
-            names = [last(parent.func.value)]  # hooks.append(HOOKS.build(cfg)): one of the hooks
-            return (f"`{names[0]}`", node) if ROLE.search(names[0]) else None
+            holder = last(parent.func.value)  # hooks.append(HOOKS.build(cfg)): one of the hooks
+            return (f"`{holder}`", node) if ROLE.search(holder) else None
         node, parent, wrapped = parent, parents.get(parent), wrapped + 1
     if not (isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node):
         return None
@@ -5788,7 +5788,6 @@ def unread_settings(checker, path, shown):
         place["what"] = ", ".join(place["what"])
         place["why"] = f"{' and '.join(place['why'])}, from a config the checker did not read"
     return list(out.values())
-    return out
 
 
 def unread_places(checker, path):
