@@ -5671,10 +5671,12 @@ def what_it_makes(parents, call, scope_nodes):
 
 def project_folders(project, limit=600):
     """{name: a folder of the project that holds Python code}: what an import the checker
-    could not find may be (a src/ layout, a package on PYTHONPATH)."""
+    could not find may be (a src/ layout, a package on PYTHONPATH). Under the script's folder,
+    and under the project's top where it is marked as one (.git, pyproject.toml, setup.py)."""
     if not hasattr(project, "folders"):
         project.folders, visited = {}, 0
-        for top in dict.fromkeys([project.script.parent, project.top]):  # the script's folder first
+        marked = any((project.top / m).exists() for m in (".git", "pyproject.toml", "setup.py", "setup.cfg"))
+        for top in dict.fromkeys([project.script.parent] + [project.top] * marked):  # the script's first
             for folder, dirs, files in os.walk(top):
                 visited += 1
                 dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")) and d not in INSTALLED
@@ -5721,6 +5723,7 @@ def unread_imports(checker):
                 continue
             folder = project_folders(project).get(head)
             if folder is None or head.startswith("torch") or folder in checker.path.resolve().parents \
+                    or (folder.parent / "__init__.py").is_file() \
                     or not (folder / "__init__.py").is_file() \
                     and folder.parent not in project.roots or installed(head):
                 continue
