@@ -522,6 +522,38 @@ def test_batchnorm_inside_the_projects_model_classes():
     assert findings(PROJECT / "train_apex_synced_model.py") == []  # apex's convert_syncbn_model
 
 
+def test_a_model_class_picked_at_run_time_is_each_class_it_can_be():
+    """A model class picked at run time is read as each class of the project it can be: those
+    that register with `@MODELS.register_module()` (for `MODELS.build(cfg)` and
+    `HEADS.get(name)()`, also through a factory of the project), a dict of classes, and what
+    `eval(cfg["MODEL"])` can name among the model classes the file imports (data sets are no
+    models). Where every candidate builds BatchNorm: DDP070 as for a named class; where only
+    some do: a note that names them. Quiet: an empty dict of classes (the clean fixture)."""
+    picked = PROJECT / "train_runtime_models.py"
+    assert found_in(picked) == expected_in(picked)
+    said = {f["line"]: f["message"] for f in findings(picked)}
+    assert said[21].startswith("the model is one of the classes registered with `MODELS`, and each builds "
+                               "BatchNorm (NormedNet: zoo/normed.py:14)")
+    assert said[22].startswith("the model is one of the classes registered with `HEADS`, chosen by a name "
+                               "this file does not fix; 1 of 2 build BatchNorm (NormedNet)")
+    assert said[28].startswith("the model is one of the classes registered with `MODELS`, as build_model() "
+                               "(zoo/factory.py) picks, and each builds BatchNorm")
+    assert said[35].startswith("the model is one of the classes of `EVERY_NORMED`, and each builds BatchNorm")
+    assert "1 of 2 build BatchNorm (NormedNet)" in said[36]
+    assert "2 of 3 build BatchNorm (NormedNet, WideNormedNet)" in said[43]  # LinearNet has none
+    named = PROJECT / "train_runtime_eval.py"
+    assert found_in(named) == expected_in(named) == {(16, "DDP070", False)}
+    [found] = findings(named)
+    assert found["message"].startswith("the model is one of the model classes `eval(cfg['MODEL'])` can name, "
+                                       "and each builds BatchNorm (NormedNet: zoo/normed.py:14)")
+    assert findings(PROJECT / "clean_train_project_models.py") == []
+    held = PROJECT / "train_held_models.py"  # a block held to build later, a package's `import *`
+    assert found_in(held) == expected_in(held) == {(12, "DDP070", False), (13, "DDP070", False)}
+    said = {f["line"]: f["message"] for f in findings(held)}
+    assert said[12].startswith("the model is a StackNet, whose BatchNorm1d (zoo/held.py:13) runs")
+    assert said[13].startswith("the model is a PartsNet, whose BatchNorm2d (zoo/parts/common.py:8) runs")
+
+
 def test_nccl_named_by_a_config_file():
     """Review 10's M10 (DDP131): `init_process_group(backend=settings["launch_backend"])`, the
     model on cuda and no set_device anywhere; every value the project's files give that key is

@@ -682,6 +682,10 @@ class Project:
         entry = checker.imports.get(name)
         if hops < 3 and entry is not None and entry[0] == "from":
             return self.klass(entry[1], entry[3], checker.folder, entry[2], depth, hops + 1)
+        for star_module, star_level in checker.star_imports if hops < 3 and entry is None else []:
+            found = self.klass(star_module, star_level, checker.folder, name, depth, hops + 1)
+            if found is not None:  # a package's `from .common import *`
+                return found
         return None
 
     def package_classes(self, module, level, folder, depth):
@@ -735,6 +739,8 @@ FOLLOWED_BY_RULES = {"DDP030", "DDP031", "DDP032", "DDP041", "DDP130", "DDP131"}
 DEEP_HOPS = 8  # how far the project's code is followed past what a Checker reads
 DEEP_UNITS = 300  # functions visited for one checked file, at most
 DEEP_MODULES = 30  # and the modules they are in
+RUNTIME_CANDIDATES = 12  # classes that a name picked at run time may build, read at most
+PICKERS = {"getattr", "eval", "get"}  # getattr(models, name)(), eval(cfg["NAME"])(), MODELS.get(name)()
 
 
 def syncs_ddp(function):
@@ -1082,6 +1088,7 @@ class Checker:
         self.path = Path(path) if path else None
         self.folder = self.path.parent if self.path else None
         self.findings = []
+        self.layer_file = {}  # id of a BatchNorm call -> the Checker of its module
         self.parents = {}
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
@@ -4322,22 +4329,24 @@ class Checker:
             built = self.built_from(model, self.function_of(call))
             if built is None:
                 continue
-            if isinstance(built, ast.Call) and last(built) == "getattr" and built.args:
-                candidates = self.package_of(built.args[0])
+            picked = self.picked_classes(built)
+            if picked is not None:
+                label, candidates, complete = picked
                 found = [(c, k, self.batchnorm_of(c, k)) for c, k in candidates]
                 found = [f for f in found if f[2] is not None]
-                if candidates and len(found) == len(candidates):
-                    self.add("DDP070", call, f"the model is one of the classes {self.package_name(built)} "
-                             f"exports, and each builds BatchNorm ({found[0][1].name}: "
-                             f"{self.at(found[0][0], found[0][2])}): without SyncBatchNorm each rank "
-                             "normalizes with its own batch's statistics; "
+                if candidates and complete and len(found) == len(candidates):
+                    first, layer = found[0][1], found[0][2]
+                    self.add("DDP070", call, f"the model is one of {label}, and each builds BatchNorm "
+                             f"({first.name}: {self.at(self.layer_file[id(layer)], layer)}): without "
+                             "SyncBatchNorm each rank normalizes with its own batch's statistics; "
                              "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP")
                 elif found:  # which class runs is a name out of sight: some have BatchNorm
                     names = ", ".join(k.name for _, k, _ in found[:3])
-                    self.add("DDP070", call, f"the model is one of the classes {self.package_name(built)} "
-                             f"exports, chosen by a name this file does not fix; {len(found)} of "
-                             f"{len(candidates)} build BatchNorm ({names}): if it is one of them, each rank "
-                             "normalizes with its own batch's statistics without SyncBatchNorm", "note")
+                    total = f"{len(candidates)}" if complete else f"the first {len(candidates)}"
+                    self.add("DDP070", call, f"the model is one of {label}, chosen by a name this file "
+                             f"does not fix; {len(found)} of {total} build BatchNorm ({names}): if it is "
+                             "one of them, each rank normalizes with its own batch's statistics without "
+                             "SyncBatchNorm", "note")
                 continue
             resolved = self.project_class(built)
             if resolved is None:
@@ -4345,10 +4354,161 @@ class Checker:
             layer = self.batchnorm_of(*resolved)
             if layer is not None:
                 self.add("DDP070", call, f"the model is a {resolved[1].name}, whose {last(layer)} "
-                         f"({self.at(resolved[0], layer)}) runs in the DDP model without SyncBatchNorm: "
+                         f"({self.at(self.layer_file[id(layer)], layer)}) runs in the DDP model "
+                         "without SyncBatchNorm: "
                          "each rank normalizes with its own batch's statistics; "
                          "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
                          "you mean")
+
+    def picked_classes(self, built, depth=0):
+        """(what the class is picked from, [(Checker, class)], complete) for a class picked at
+        run time and built: `getattr(models, name)`, `eval(cfg["NAME"])` (the model classes the
+        file imports from the project), `MODELS[name]` or `MODELS.get(name)` (a dict of classes),
+        `MODELS.build(cfg)` or `MODELS.get(name)` (a registry: the classes of the project that
+        register with `@MODELS.register...`), or a function of the project that returns one
+        (`build_model(cfg)`). `complete` is False past RUNTIME_CANDIDATES classes; None where
+        the class is not picked so, or the project is not read."""
+        if self.project is None or not isinstance(built, ast.Call) or depth > 1:
+            return None
+        head = built.func
+        if last(built) == "getattr" and built.args:
+            return f"the classes {self.package_name(built)} exports", self.package_of(built.args[0]), True
+        if isinstance(head, ast.Name) and head.id == "eval" and built.args \
+                and not isinstance(built.args[0], ast.Constant) and not self.shadowed("eval", built):
+            return self.evaluable_classes(built.args[0])
+        owner = head.value if isinstance(head, (ast.Subscript, ast.Attribute)) else None
+        if isinstance(owner, ast.Name) and (isinstance(head, ast.Subscript) or head.attr in ("get", "build")):
+            table = self.dict_of_classes(owner.id)
+            if table is not None:
+                return f"the classes of `{owner.id}`", table, True
+            if isinstance(head, ast.Attribute):
+                return self.registered_classes(owner.id)
+            return None
+        resolved = self.resolve(built) if isinstance(head, (ast.Name, ast.Attribute)) else None
+        if resolved is None:
+            return None
+        checker, function = resolved
+        picks = [checker.built_from(r.value, function) for r in ast.walk(function)
+                 if isinstance(r, ast.Return) and r.value is not None]
+        found = [p for p in (checker.picked_classes(b, depth + 1) for b in picks if b is not None) if p]
+        if len(found) != 1 or len(picks) != 1:
+            return None
+        label, candidates, complete = found[0]
+        return f"{label}, as {self.helper_name(built, checker, function)} picks", candidates, complete
+
+    def model_classes(self, pairs):
+        """The (Checker, class) pairs that are models (nn.Module through their bases), each once,
+        at most RUNTIME_CANDIDATES, and whether that is all of them. A class whose bases the
+        checker cannot read stays in: it may be a model that has no BatchNorm in sight."""
+        out, seen = [], set()
+        for checker, cls in pairs:
+            if id(cls) not in seen and checker.is_model_class(cls) is not False:
+                seen.add(id(cls))
+                out.append((checker, cls))
+        return out[:RUNTIME_CANDIDATES], len(out) <= RUNTIME_CANDIDATES
+
+    NOT_MODELS = {"object", "Dataset", "IterableDataset", "Sampler", "Exception", "Enum", "ABC", "dict",
+                  "NamedTuple", "Function", "Hook", "HookBase", "Callback"}
+
+    def is_model_class(self, cls, depth=0):
+        """True where `cls` is an nn.Module through its bases, False where it is not (no base,
+        a data set, an exception), None where a base is out of sight."""
+        if not cls.bases:
+            return False
+        verdicts = []
+        for base in cls.bases:
+            name = last(base)
+            if name == "Module" or self.origin(base).startswith("torch.nn."):
+                return True
+            if name in self.NOT_MODELS:
+                verdicts.append(False)
+                continue
+            if depth >= 4:
+                verdicts.append(None)
+                continue
+            if name in self.classes and self.classes[name] is not cls:
+                verdicts.append(self.is_model_class(self.classes[name], depth + 1))
+                continue
+            resolved = self.project_class(ast.Call(func=base, args=[], keywords=[])) \
+                if isinstance(base, (ast.Name, ast.Attribute)) else None
+            verdicts.append(resolved[0].is_model_class(resolved[1], depth + 1) if resolved else None)
+        return True if True in verdicts else None if None in verdicts else False
+
+    def evaluable_classes(self, expr):
+        """The model classes `eval(expr)` can name in this file: those the file imports from
+        the project, by name or with `from package import *`."""
+        pairs = [(self, c) for c in self.tree.body if isinstance(c, ast.ClassDef)]
+        for module, level in self.star_imports:
+            pairs += self.project.package_classes(module, level, self.folder, self.depth + 1)
+        for local, entry in self.imports.items():
+            if entry[0] == "from" and local[:1].isupper():
+                found = self.project.klass(entry[1], entry[3], self.folder, entry[2], self.depth + 1)
+                pairs += [found] if found is not None else []
+        candidates, complete = self.model_classes(pairs)
+        return f"the model classes `eval({ast.unparse(expr)})` can name", candidates, complete
+
+    def dict_of_classes(self, name):
+        """[(Checker, class)] of a dict literal of classes at the top of this file, or None."""
+        table = next((s.value for s in self.tree.body if isinstance(s, ast.Assign)
+                      and isinstance(s.value, ast.Dict) and any(
+                          isinstance(t, ast.Name) and t.id == name for t in s.targets)), None)
+        if table is None or not table.values:
+            return None
+        pairs = []
+        for value in table.values:
+            if isinstance(value, ast.Name) and value.id in self.classes:
+                pairs.append((self, self.classes[value.id]))
+            elif isinstance(value, (ast.Name, ast.Attribute)):
+                found = self.project_class(ast.Call(func=value, args=[], keywords=[]))
+                if found is None:
+                    return None  # a class out of sight: which ones it holds is not known
+                pairs.append(found)
+            else:
+                return None
+        return self.model_classes(pairs)[0]
+
+    def registered_classes(self, registry):
+        """The model classes of the project that register with `@registry.register...`: what
+        `registry.build(cfg)` or `registry.get(name)` can make. None where none do."""
+        key = ("registered", registry)
+        if key not in self._memo:
+            pattern = re.compile(r"@\s*(?:\w+\.)*" + re.escape(registry) + r"\.register")
+            pairs = []
+            for path in self.python_files():
+                try:
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                if not pattern.search(text):
+                    continue
+                checker = self.project.load(path.resolve(), self.depth + 1)
+                if checker is None:
+                    continue
+                pairs += [(checker, c) for c in checker.tree.body if isinstance(c, ast.ClassDef) and any(
+                    dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-2:-1] == [registry]
+                    and last(d).startswith("register") for d in c.decorator_list)]
+                if len(pairs) > RUNTIME_CANDIDATES:
+                    break
+            candidates, complete = self.model_classes(pairs)
+            self._memo[key] = (f"the classes registered with `{registry}`", candidates, complete) \
+                if candidates else None
+        return self._memo[key]
+
+    def python_files(self, limit=600):
+        """The project's .py files, the script's folder first, then the project's top; never
+        version control or installed packages."""
+        if "python_files" not in self._memo:
+            out, seen = [], set()
+            for top in dict.fromkeys([self.path.resolve().parent, self.project.top]):
+                for folder, dirs, files in os.walk(top):
+                    dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in INSTALLED
+                                     and d not in ("node_modules", "__pycache__"))
+                    out += [p for p in (Path(folder) / f for f in sorted(files) if f.endswith(".py"))
+                            if p not in seen and not seen.add(p)]
+                    if len(out) >= limit:
+                        break
+            self._memo["python_files"] = out[:limit]
+        return self._memo["python_files"]
 
     def reach_says(self, pattern):
         """This file, or a module of the project that it reaches or imports, matches `pattern`
@@ -4370,7 +4530,7 @@ class Checker:
         while isinstance(model, ast.Call) and isinstance(model.func, ast.Attribute) and last(model) in moves:
             model = model.func.value
         if isinstance(model, ast.Call):
-            return model.func if isinstance(model.func, ast.Call) and last(model.func) == "getattr" else model
+            return model.func if isinstance(model.func, ast.Call) and last(model.func) in PICKERS else model
         if isinstance(model, (ast.Name, ast.Attribute)) and depth < 4:
             values = [v for v in self.assigned(dotted(model), scope) if not (isinstance(v, ast.Call) and any(
                 dotted(a) == dotted(model) for a in v.args))]  # model = DDP(model): a wrap, not a build
@@ -4419,15 +4579,20 @@ class Checker:
         or through the classes of the project it builds; None if none, or if its module freezes
         BatchNorm (an isinstance test on it, `.eval()`) or converts it."""
         text = ast.unparse(cls)
-        if re.search(r"SyncBatchNorm|FrozenBatchNorm|isinstance\([^)]*BatchNorm", text):
-            return None
+        if re.search(r"SyncBatchNorm|FrozenBatchNorm", text) or re.search(
+                r"isinstance\([^)]*BatchNorm", text) and re.search(r"\.eval\(\)|requires_grad", text):
+            return None  # converted, or frozen; an isinstance test that only initializes weights is not
         calls = [n for n in ast.walk(cls) if isinstance(n, ast.Call)]
         for call in calls:
             if self.BATCHNORM.fullmatch(last(call)):
+                self.layer_file[id(call)] = checker  # the module the layer is in, for the message
                 return call
         if depth >= 3:
             return None
-        for call in calls:
+        called = {id(c.func) for c in calls}
+        held = [ast.Call(func=n, args=[], keywords=[]) for n in ast.walk(cls) if isinstance(n, ast.Name)
+                and id(n) not in called and n.id[:1].isupper() and isinstance(n.ctx, ast.Load)]
+        for call in calls + held:  # a class built, or held to be built: self._make_layer(BasicBlock, 2)
             inner = last(call)
             if inner in checker.classes and checker.classes[inner] is not cls:
                 found = self.batchnorm_of(checker, checker.classes[inner], depth + 1)
