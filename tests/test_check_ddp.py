@@ -528,7 +528,9 @@ def test_a_model_class_picked_at_run_time_is_each_class_it_can_be():
     `HEADS.get(name)()`, also through a factory of the project), a dict of classes, and what
     `eval(cfg["MODEL"])` can name among the model classes the file imports (data sets are no
     models). Where every candidate builds BatchNorm: DDP070 as for a named class; where only
-    some do: a note that names them. Quiet: an empty dict of classes (the clean fixture)."""
+    some do: a note that names them. A trainer built by a registry (`TRAINERS.build(cfg)`) is
+    followed where every registered class runs the same method: DDP050 at the call; quiet where
+    they differ. Quiet: an empty dict of classes (the clean fixture)."""
     picked = PROJECT / "train_runtime_models.py"
     assert found_in(picked) == expected_in(picked)
     said = {f["line"]: f["message"] for f in findings(picked)}
@@ -547,6 +549,10 @@ def test_a_model_class_picked_at_run_time_is_each_class_it_can_be():
     assert found["message"].startswith("the model is one of the model classes `eval(cfg['MODEL'])` can name, "
                                        "and each builds BatchNorm (NormedNet: zoo/normed.py:14)")
     assert findings(PROJECT / "clean_train_project_models.py") == []
+    trainer = PROJECT / "train_registry_trainer.py"  # followed where every registered class agrees
+    assert found_in(trainer) == expected_in(trainer) == {(18, "DDP050", False)}
+    [found] = findings(trainer)
+    assert found["message"].startswith("zoo/trainers.py:20: step() runs backward() on every call")
     held = PROJECT / "train_held_models.py"  # a block held to build later, a package's `import *`
     assert found_in(held) == expected_in(held) == {(12, "DDP070", False), (13, "DDP070", False)}
     said = {f["line"]: f["message"] for f in findings(held)}

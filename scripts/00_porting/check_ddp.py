@@ -743,6 +743,33 @@ RUNTIME_CANDIDATES = 12  # classes that a name picked at run time may build, rea
 PICKERS = {"getattr", "eval", "get"}  # getattr(models, name)(), eval(cfg["NAME"])(), MODELS.get(name)()
 
 
+def registers(decorator, registry):
+    """`@registry.register_module()`, `@registry.register("name")`: the class joins `registry`."""
+    name = dotted(decorator.func if isinstance(decorator, ast.Call) else decorator)
+    return name.split(".")[-2:-1] == [registry] and name.split(".")[-1].startswith("register")
+
+
+_PYTHON_FILES = {}
+
+
+def python_files(project, limit=600):
+    """The project's .py files, the script's folder first, then the project's top; never
+    version control or installed packages; at most `limit`."""
+    key = (project.script, project.top)
+    if key not in _PYTHON_FILES:
+        out, seen = [], set()
+        for top in dict.fromkeys([project.script.parent, project.top]):
+            for folder, dirs, files in os.walk(top):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in INSTALLED
+                                 and d not in ("node_modules", "__pycache__"))
+                out += [p for p in (Path(folder) / f for f in sorted(files) if f.endswith(".py"))
+                        if p not in seen and not seen.add(p)]
+                if len(out) >= limit:
+                    break
+        _PYTHON_FILES[key] = out[:limit]
+    return _PYTHON_FILES[key]
+
+
 def syncs_ddp(function):
     """The `no_sync` or `require_backward_grad_sync` attributes in `function` that a DDP model
     can run: not those under `if isinstance(model, FSDP)`, which only a sharded model runs."""
@@ -952,6 +979,13 @@ class Reach:
     def _made(self, path, value):
         if isinstance(value.func, ast.Call) and not self.picked(path, value.func):  # get_trainer(k)(config)
             return self.made(path, value.func)
+        head = value.func
+        if isinstance(head, ast.Attribute) and head.attr in ("build", "get") \
+                and isinstance(head.value, ast.Name):
+            registered = self.registered(head.value.id)  # TRAINERS.build(cfg), TRAINERS.get(name)
+            if registered:
+                self.names[("registry", id(value))] = True
+                return registered
         out = []
         for where, target in self.targets(path, value.func):
             if isinstance(target, ast.ClassDef):
@@ -977,11 +1011,14 @@ class Reach:
                 found = self.method(*self.owner[id(scope)], node.attr)
                 return [found] if found is not None else []
             makers = self.made_in(scope).get(node.value.id, [])
-            for where, cls in (c for m in makers for c in self.made(path, m)):
-                for name in methods(cls) if owner is not None else [node.attr]:
-                    found = self.method(where, cls, name)
-                    if found is not None:
-                        out.append(found)
+            for maker in makers:
+                made = [(where, cls, name) for where, cls in self.made(path, maker)
+                        for name in (methods(cls) if owner is not None else [node.attr])]
+                found = [self.method(where, cls, name) for where, cls, name in made]
+                if self.names.get(("registry", id(self.maker_of(maker))), False) and (
+                        None in found or len({id(f[1]) for f in found}) != 1):
+                    continue  # a registry's classes that differ in this method: which runs is out of sight
+                out += [f for f in found if f is not None]
             if owner is not None:
                 return out
         for where, target in self.targets(path, node):
@@ -991,6 +1028,29 @@ class Reach:
             else:
                 out.append((where, target))
         return out
+
+    @staticmethod
+    def maker_of(value):
+        """The call a registry's class comes from: `REG.get(name)` in `REG.get(name)(cfg)`."""
+        return value.func if isinstance(value, ast.Call) and isinstance(value.func, ast.Call) else value
+
+    def registered(self, registry):
+        """[(path, class)] of the project's classes that register with `@registry.register...`,
+        at most RUNTIME_CANDIDATES; [] where there are none or more."""
+        key = ("registered", registry)
+        if key not in self.names:
+            pattern = re.compile(r"@\s*(?:\w+\.)*" + re.escape(registry) + r"\.register")
+            out = []
+            for path in python_files(self.project):
+                try:
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                found = self.parsed(path.resolve()) if pattern.search(text) else None
+                out += [(path.resolve(), c) for c in (found[0].body if found else []) if isinstance(
+                    c, ast.ClassDef) and any(registers(d, registry) for d in c.decorator_list)]
+            self.names[key] = out if len(out) <= RUNTIME_CANDIDATES else []
+        return self.names[key]
 
     def made_in(self, scope):
         """{name: the calls assigned to it} in `scope`: `trainer = Trainer(...)`, and
@@ -4474,7 +4534,7 @@ class Checker:
         if key not in self._memo:
             pattern = re.compile(r"@\s*(?:\w+\.)*" + re.escape(registry) + r"\.register")
             pairs = []
-            for path in self.python_files():
+            for path in python_files(self.project):
                 try:
                     text = path.read_text(encoding="utf-8", errors="replace")
                 except OSError:
@@ -4484,31 +4544,14 @@ class Checker:
                 checker = self.project.load(path.resolve(), self.depth + 1)
                 if checker is None:
                     continue
-                pairs += [(checker, c) for c in checker.tree.body if isinstance(c, ast.ClassDef) and any(
-                    dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-2:-1] == [registry]
-                    and last(d).startswith("register") for d in c.decorator_list)]
+                pairs += [(checker, c) for c in checker.tree.body if isinstance(c, ast.ClassDef)
+                          and any(registers(d, registry) for d in c.decorator_list)]
                 if len(pairs) > RUNTIME_CANDIDATES:
                     break
             candidates, complete = self.model_classes(pairs)
             self._memo[key] = (f"the classes registered with `{registry}`", candidates, complete) \
                 if candidates else None
         return self._memo[key]
-
-    def python_files(self, limit=600):
-        """The project's .py files, the script's folder first, then the project's top; never
-        version control or installed packages."""
-        if "python_files" not in self._memo:
-            out, seen = [], set()
-            for top in dict.fromkeys([self.path.resolve().parent, self.project.top]):
-                for folder, dirs, files in os.walk(top):
-                    dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in INSTALLED
-                                     and d not in ("node_modules", "__pycache__"))
-                    out += [p for p in (Path(folder) / f for f in sorted(files) if f.endswith(".py"))
-                            if p not in seen and not seen.add(p)]
-                    if len(out) >= limit:
-                        break
-            self._memo["python_files"] = out[:limit]
-        return self._memo["python_files"]
 
     def reach_says(self, pattern):
         """This file, or a module of the project that it reaches or imports, matches `pattern`

@@ -21,3 +21,5 @@ class Registry:
 
 MODELS = Registry("models")
 HEADS = Registry("heads")
+TRAINERS = Registry("trainers")
+RUNNERS = Registry("runners")
