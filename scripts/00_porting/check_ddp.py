@@ -770,6 +770,27 @@ def python_files(project, limit=600):
     return _PYTHON_FILES[key]
 
 
+_REGISTRIES = {}
+REGISTERS = re.compile(r"^[ \t]*@[ \t]*(?:\w+\.)*(\w+)\.register", re.MULTILINE)
+
+
+def registry_files(project, registry):
+    """The project's .py files where a class registers with `@registry.register...`; each
+    file read once per project."""
+    key = (project.script, project.top)
+    if key not in _REGISTRIES:
+        index = {}
+        for path in python_files(project):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for name in set(REGISTERS.findall(text)):
+                index.setdefault(name, []).append(path.resolve())
+        _REGISTRIES[key] = index
+    return _REGISTRIES[key].get(registry, [])
+
+
 def syncs_ddp(function):
     """The `no_sync` or `require_backward_grad_sync` attributes in `function` that a DDP model
     can run: not those under `if isinstance(model, FSDP)`, which only a sharded model runs."""
@@ -1039,16 +1060,14 @@ class Reach:
         at most RUNTIME_CANDIDATES; [] where there are none or more."""
         key = ("registered", registry)
         if key not in self.names:
-            pattern = re.compile(r"@\s*(?:\w+\.)*" + re.escape(registry) + r"\.register")
             out = []
-            for path in python_files(self.project):
-                try:
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                found = self.parsed(path.resolve()) if pattern.search(text) else None
-                out += [(path.resolve(), c) for c in (found[0].body if found else []) if isinstance(
-                    c, ast.ClassDef) and any(registers(d, registry) for d in c.decorator_list)]
+            for path in registry_files(self.project, registry):
+                found = self.parsed(path)
+                if found is None:
+                    out = []  # a module past the limits: which classes register is not known
+                    break
+                out += [(path, c) for c in found[0].body if isinstance(c, ast.ClassDef)
+                        and any(registers(d, registry) for d in c.decorator_list)]
             self.names[key] = out if len(out) <= RUNTIME_CANDIDATES else []
         return self.names[key]
 
@@ -4532,24 +4551,16 @@ class Checker:
         `registry.build(cfg)` or `registry.get(name)` can make. None where none do."""
         key = ("registered", registry)
         if key not in self._memo:
-            pattern = re.compile(r"@\s*(?:\w+\.)*" + re.escape(registry) + r"\.register")
-            pairs = []
-            for path in python_files(self.project):
-                try:
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                if not pattern.search(text):
-                    continue
-                checker = self.project.load(path.resolve(), self.depth + 1)
-                if checker is None:
-                    continue
+            pairs, read = [], True
+            for path in registry_files(self.project, registry):
+                checker = self.project.load(path, self.depth + 1)
+                if checker is None or len(pairs) > RUNTIME_CANDIDATES:
+                    read = False  # a module past the limits: its classes are out of sight
+                    break
                 pairs += [(checker, c) for c in checker.tree.body if isinstance(c, ast.ClassDef)
                           and any(registers(d, registry) for d in c.decorator_list)]
-                if len(pairs) > RUNTIME_CANDIDATES:
-                    break
             candidates, complete = self.model_classes(pairs)
-            self._memo[key] = (f"the classes registered with `{registry}`", candidates, complete) \
+            self._memo[key] = (f"the classes registered with `{registry}`", candidates, complete and read) \
                 if candidates else None
         return self._memo[key]
 
