@@ -755,7 +755,7 @@ _PYTHON_FILES = {}
 def python_files(project, limit=600):
     """The project's .py files, the script's folder first, then the project's top; never
     version control or installed packages; at most `limit`."""
-    key = (project.script, project.top)
+    key = (project.script.parent, project.top)
     if key not in _PYTHON_FILES:
         out, seen = [], set()
         for top in dict.fromkeys([project.script.parent, project.top]):
@@ -777,7 +777,7 @@ REGISTERS = re.compile(r"^[ \t]*@[ \t]*(?:\w+\.)*(\w+)\.register", re.MULTILINE)
 def registry_files(project, registry):
     """The project's .py files where a class registers with `@registry.register...`; each
     file read once per project."""
-    key = (project.script, project.top)
+    key = (project.script.parent, project.top)
     if key not in _REGISTRIES:
         index = {}
         for path in python_files(project):
