@@ -549,6 +549,7 @@ def test_a_model_class_picked_at_run_time_is_each_class_it_can_be():
     assert found["message"].startswith("the model is one of the model classes `eval(cfg['MODEL'])` can name, "
                                        "and each builds BatchNorm (NormedNet: zoo/normed.py:14)")
     assert findings(PROJECT / "clean_train_project_models.py") == []
+    assert findings(PROJECT / "clean_train_foreign_registry.py") == []  # registries not the project's
     trainer = PROJECT / "train_registry_trainer.py"  # followed where every registered class agrees
     assert found_in(trainer) == expected_in(trainer) == {(18, "DDP050", False)}
     [found] = findings(trainer)

@@ -1003,7 +1003,7 @@ class Reach:
         head = value.func
         if isinstance(head, ast.Attribute) and head.attr in ("build", "get") \
                 and isinstance(head.value, ast.Name):
-            registered = self.registered(head.value.id)  # TRAINERS.build(cfg), TRAINERS.get(name)
+            registered = self.registered(head.value.id) if self.projects(path, head.value.id) else []
             if registered:
                 self.names[("registry", id(value))] = True
                 return registered
@@ -1049,6 +1049,17 @@ class Reach:
             else:
                 out.append((where, target))
         return out
+
+    def projects(self, path, name):
+        """`name` in module `path` is the project's own: assigned there, or imported from a
+        module of the project (a registry: `from .registry import TRAINERS`)."""
+        found = self.parsed(path)
+        if found is None:
+            return False
+        entry = found[3].get(name)
+        if entry is None:
+            return name in self.chosen.get(path, {})
+        return self.project.find(entry[1], entry[3], path.parent) is not None
 
     @staticmethod
     def maker_of(value):
@@ -4460,7 +4471,8 @@ class Checker:
             table = self.dict_of_classes(owner.id)
             if table is not None:
                 return f"the classes of `{owner.id}`", table, True
-            if isinstance(head, ast.Attribute):
+            if isinstance(head, ast.Attribute) and self.path is not None \
+                    and self.project.reach.projects(self.path.resolve(), owner.id):
                 return self.registered_classes(owner.id)
             return None
         resolved = self.resolve(built) if isinstance(head, (ast.Name, ast.Attribute)) else None
@@ -6043,6 +6055,9 @@ def unread_places(checker, path):
                     or reach.picked(module_path, call):  # getattr(launchers, "init_dist_%s" % name)
                 continue  # the checker names what it picks: followed
             found = what_it_makes(parents, call, scope_nodes)
+            if found is not None and not re.search(r"(?i)model|net", found[0]) \
+                    and reach.made(module_path, call):
+                continue  # a registry's classes, each read where they run the same method: followed
             if found is not None:
                 what, node = found
                 text = ast.unparse(node)
