@@ -1039,6 +1039,7 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     ("review9", 22, 11, 24, 0, 0, "### A sixth review (blind)"),
     ("review10", 15, 13, 30, 0, 0, "### A seventh review (blind)"),
     ("review11", 17, 13, 28, 0, 0, "### An eighth review (blind)"),
+    ("review12", 26, 20, 31, 6, 0, "### A ninth review (blind)"),
 ])
 def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagged_true, pitfalls, false_left,
                                                            not_distributed_left, heading):
@@ -1069,7 +1070,7 @@ def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagg
         assert f'--8<-- "tests/check_corpus_{review}.md:{part}"' in page
 
 
-BLIND_REVIEWS = ("review7", "review9", "review10", "review11")  # label files of the blind reviews, in order
+BLIND_REVIEWS = ("review7", "review9", "review10", "review11", "review12")  # label files of the blind reviews, in order
 
 
 def test_the_pages_summary_of_the_blind_reviews_is_their_tables():
