@@ -720,6 +720,42 @@ def test_a_class_chosen_through_a_name_a_spawned_worker_and_an_epoch_function_ar
     assert findings(PROJECT / "clean_review11_backend.py") == []
 
 
+def test_a_ninth_reviews_flags_constants_and_layers():
+    """A ninth review's false alarms and a miss, shapes of our own. A model of the project
+    (project/lab12/ctr.py) whose BatchNorm is built only under a constructor flag, and whose
+    fit() saves only where it is given a path. Quiet (project/clean_review12.py): no call turns
+    the flag on; the path is a module constant that is None. Said (project/train_review12.py):
+    the flag turned on (DDP070), a path given (DDP040), nccl named by a module constant with no
+    set_device (DDP131, an error: the file fixes it); settings through ** (a note). This file's
+    own layers (review12.py): one model's three BatchNorm layers, one finding that names the
+    others; converted by apex's convert_syncbn_model (clean_review12.py): quiet. An option with
+    one dash (`-init`) fills `args.init`: its default port reaches init_method (DDP130). A file
+    with no `__main__` block whose main() runs `fire.Fire(train)` (review12_entry.py): train()
+    is checked as a `__main__` block's functions are (DDP030)."""
+    assert findings(PROJECT / "clean_review12.py") == []
+    entry, settings = PROJECT / "train_review12.py", PROJECT / "train_review12_settings.py"
+    assert found_in(entry) == expected_in(entry) == {
+        (14, "DDP131", False), (17, "DDP070", False), (18, "DDP040", False)}
+    said = {f["code"]: f for f in findings(entry)}
+    assert said["DDP131"]["severity"] == "error"
+    assert said["DDP131"]["message"].startswith("init_process_group with nccl and no torch.cuda.set_device")
+    assert said["DDP070"]["message"].startswith("lab12/ctr.py:16: BatchNorm1d in a DDP model")
+    assert said["DDP040"]["message"].startswith("lab12/ctr.py:35: torch.save runs on every rank")
+    assert found_in(settings) == expected_in(settings) == {(17, "DDP070", True)}
+    assert findings(settings)[0]["message"].startswith(
+        "lab12/ctr.py:16: built only under a flag that WideDeep(...) may set through ** (out of sight)")
+    assert findings(FIXTURES / "clean_review12.py") == []
+    layers, port = findings(FIXTURES / "review12.py")
+    assert layers["line"] == 16 and layers["message"].startswith(
+        "BatchNorm1d (and 2 more: lines 19, 29) in a DDP model without SyncBatchNorm")
+    assert port["code"] == "DDP130" and port["message"].startswith(  # `-init`, one dash: args.init
+        "init_method 'tcp://127.0.0.1:23456' (through args.init): a fixed port")
+    # no __main__ block: main(), a console script's entry, hands train() to fire; train() is checked
+    entry = {f["code"]: f for f in findings(FIXTURES / "review12_entry.py")}
+    assert entry["DDP030"]["line"] == 18 and entry["DDP030"]["message"].startswith(
+        "DistributedSampler shuffles, but set_epoch() is never called")
+
+
 def test_a_port_from_a_key_that_every_config_file_sets_to_a_number():
     """so-vits-svc's shape (project/train_review11_config.py): `os.environ["MASTER_PORT"] =
     hps.train.port`, a key of a JSON config read at run time, 8001 in every config file of the
@@ -1288,6 +1324,9 @@ def test_a_run_names_the_places_where_it_stopped_reading(capsys):
     # picks that need no reading by hand (torch.optim's class, an object's method or attribute,
     # a command-line backend): no block
     assert check_ddp.main([str(UNREAD / "resolved.py")]) == 0
+    assert capsys.readouterr().out == "no findings (1 file(s) checked)\n"
+    # `from feeds import shards`, a folder without __init__.py whose module the run reads: not listed
+    assert check_ddp.main([str(UNREAD / "read_folder_module.py")]) == 0
     assert capsys.readouterr().out == "no findings (1 file(s) checked)\n"
 
 

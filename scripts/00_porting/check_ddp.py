@@ -213,6 +213,18 @@ def last(node):
     return ""
 
 
+def option_dest(call):
+    """The attribute an `add_argument` call fills, as argparse names it: `dest=`, else the first
+    long option (`--dist-url`: dist_url), else the first short one (`-init`: init); None if none."""
+    dest = keyword(call, "dest")
+    if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
+        return dest.value
+    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+             and a.value.startswith("-")]
+    chosen = next((n for n in names if n.startswith("--")), names[0] if names else None)
+    return chosen.lstrip("-").replace("-", "_") if chosen else None
+
+
 def keyword(call, name):
     return next((k.value for k in call.keywords if k.arg == name), None)
 
@@ -1338,11 +1350,27 @@ class Checker:
                 seen.add(node.id)
                 todo.extend(ast.walk(self.functions[node.id]))
         # helpers for another file, which may hold the fix; a file with no function at all is a
-        # script whose training loop is at module level, not a library
-        self.library = bool(self.functions) and not seen
+        # script whose training loop is at module level, not a library; nor is a file whose
+        # functions a console script or a command-line runner calls (fire.Fire(train))
+        self.library = bool(self.functions) and not seen and (self.module or not self.entry_functions())
         if self.module:
             return set(self.functions)  # a module of the project: any of its functions may be called
         return seen if seen else set(self.functions)
+
+    def entry_functions(self):
+        """The functions a file with nothing at module level that calls them is run through
+        (every function of it is read, as before; this says it is a script, not a library):
+        a command-line runner's (`fire.Fire(train)`, `typer.run(train)`, a click or typer
+        command), or a `main` that nothing in the file calls (a console script's entry)."""
+        found = [dotted(c.args[0]) for c in ast.walk(self.tree) if isinstance(c, ast.Call) and c.args
+                 and last(c) in ("Fire", "run") and dotted(c.func).split(".")[0] in ("fire", "Fire", "typer")]
+        found += [name for name, function in self.functions.items() if any(
+            re.search(r"(^|\.)(command|group)$", dotted(d.func if isinstance(d, ast.Call) else d))
+            for d in function.decorator_list)]
+        if "main" in self.functions and not any(isinstance(n, ast.Name) and n.id == "main"
+                                                and isinstance(n.ctx, ast.Load) for n in ast.walk(self.tree)):
+            found.append("main")
+        return [name for name in found if name in self.functions]
 
     def _walk(self, node):
         for child in ast.iter_child_nodes(node):
@@ -1366,28 +1394,36 @@ class Checker:
         if isinstance(test, ast.Constant):
             return bool(test.value)
         if isinstance(test, ast.Name):
-            if "module_constants" not in self._memo:
-                bound = {}
-                for stmt in ast.walk(self.tree):
-                    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                        for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
-                            for n in ast.walk(t):
-                                if isinstance(n, ast.Name):
-                                    bound.setdefault(n.id, []).append(stmt)
-                    elif isinstance(
-                        stmt, (ast.For, ast.With, ast.Import, ast.ImportFrom, ast.arg) + FUNCTION
-                    ):
-                        names = [stmt.arg] if isinstance(stmt, ast.arg) else [getattr(stmt, "name", None)]
-                        for n in names:
-                            if n:
-                                bound.setdefault(n, []).append(None)
-                self._memo["module_constants"] = {
-                    name: stmts[0].value.value for name, stmts in bound.items()
-                    if len(stmts) == 1 and isinstance(stmts[0], ast.Assign) and stmts[0] in self.tree.body
-                    and isinstance(stmts[0].value, ast.Constant) and isinstance(stmts[0].value.value, bool)}
-            value = self._memo["module_constants"].get(test.id)
-            return None if value is None else bool(value)
+            value = self.module_value(test.id)
+            return None if value is None or not isinstance(value.value, bool) else bool(value.value)
         return None
+
+    def module_value(self, name):
+        """The ast.Constant a name is bound to where the file binds it once, at module level
+        (`BACKEND = "nccl"`, `save_path = None`); None for any other name."""
+        if "module_constants" not in self._memo:
+            bound = {}
+            for stmt in ast.walk(self.tree):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
+                    stmt, (ast.AnnAssign, ast.AugAssign, ast.For, ast.comprehension, ast.NamedExpr)) \
+                    else [stmt.optional_vars] if isinstance(stmt, ast.withitem) and stmt.optional_vars else []
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            bound.setdefault(n.id, []).append(stmt)
+                if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.arg, ast.Global, ast.ClassDef)
+                              + FUNCTION):
+                    names = [stmt.arg] if isinstance(stmt, ast.arg) else list(stmt.names) if isinstance(
+                        stmt, ast.Global) else [a.asname or a.name.split(".")[0] for a in stmt.names] \
+                        if isinstance(stmt, (ast.Import, ast.ImportFrom)) else [stmt.name]
+                    for n in names:
+                        if n:
+                            bound.setdefault(n, []).append(None)
+            self._memo["module_constants"] = {
+                name: stmts[0].value for name, stmts in bound.items()
+                if len(stmts) == 1 and isinstance(stmts[0], ast.Assign) and stmts[0] in self.tree.body
+                and isinstance(stmts[0].value, ast.Constant)}
+        return self._memo["module_constants"].get(name)
 
     def ancestors(self, node):
         while node in self.parents:
@@ -2121,13 +2157,21 @@ class Checker:
             for line, _, code, severity, message, _ in sorted(checker.check(), key=lambda f: f[0]):
                 rank_exit = code == "DDP191" and "only on the ranks where" in message  # not a value's origin
                 if code not in FOLLOWED_CODES and not rank_exit and not (
-                        code == "DDP070" and checker.ddp_calls and not self.attrs & {
-                            "SyncBatchNorm", "convert_sync_batchnorm"}):  # the module wraps the model
+                        code == "DDP070" and checker.ddp_calls
+                        and not self.attrs & self.SYNC_NAMES):  # the module wraps the model
                     continue
                 if any(f"{where}:{line}" in f[4] and f[2] == code for f in self.findings):
                     continue
-                function, call = next(((f, c) for f, c in reached
-                                       if f.lineno <= line <= (f.end_lineno or f.lineno)), (None, None))
+                covering = [(f, c) for f, c in reached if f.lineno <= line <= (f.end_lineno or f.lineno)]
+                flags = {}  # DDP070: a layer under a flag, said at a call that builds it
+                if code == "DDP040":  # a call that settles the test the save is under (load mode, rank flag)
+                    covering = [(f, c) for f, c in covering
+                                if not self.deep_save_skipped(c, path, line, (checker, f))]
+                elif code == "DDP070":  # BatchNorm built only under a flag the call leaves off
+                    flags = {id(c): self.flag_closed(c, checker, f, line) for f, c in covering}
+                    covering = [(f, c) for f, c in covering if flags[id(c)] is False] \
+                        or [(f, c) for f, c in covering if flags[id(c)] is None]
+                function, call = covering[0] if covering else (None, None)
                 if call is None or said.get((code, call.lineno), path) != path \
                         or (code, call.lineno, id(function)) in told or one_process_function(function):
                     continue  # said, or a function that sets its rank to a device word: one process
@@ -2136,8 +2180,10 @@ class Checker:
                     continue  # a function the rule follows itself, with the arguments
                 if code == "DDP042" and not any(last(n) == "load_state_dict" for n in ast.walk(function)):
                     continue  # a file of data, not a checkpoint loaded into a model
-                if code == "DDP040" and self.deep_save_skipped(call, path, line):
-                    continue  # the call settles the test the save is under (a load mode, a rank flag)
+                if code == "DDP070" and flags.get(id(call)) is None:
+                    severity = "note"  # the flag comes through ** from settings out of sight
+                    message = f"built only under a flag that {last(call)}(...) may set through ** (out of " \
+                        f"sight); if it does: {message}"
                 if code == "DDP010":  # a loader a helper builds: what data it gets, and which ranks
                     severity = "note"  # read it, is out of this file's sight
                 earlier = next((i for i, f in enumerate(self.findings) if f[2] == code and f[5] is call),
@@ -2152,16 +2198,82 @@ class Checker:
                 told.add((code, call.lineno, id(function)))
                 self.add(code, call, f"{where}:{line}: {message}", severity)
 
+    def flag_closed(self, call, checker, function, line):
+        """The layers at `line` of `function` (a module's, run by `call`) are built only under
+        a flag the call leaves off: `if use_bn:` or `if self.use_bn:` (set from the parameter)
+        on a parameter whose default is False, None or 0 that the call does not give, or gives
+        such a constant (here, or a module-level name bound once to one). True: never built;
+        None: a flag the call may give through ** (out of sight); False otherwise."""
+        params = checker.params(function)
+        shift = 1 if params[:1] in (["self"], ["cls"]) and (
+            function.name == "__init__" or isinstance(call.func, ast.Attribute)) else 0
+        kept = {n.targets[0].attr: n.value.id for n in ast.walk(function) if isinstance(n, ast.Assign)
+                and len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute)
+                and dotted(n.targets[0].value) == "self" and isinstance(n.value, ast.Name)
+                and n.value.id in params}  # self.use_bn = use_bn
+
+        def defaults():
+            args = function.args
+            positional = [a.arg for a in args.posonlyargs + args.args]
+            out = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True))
+            out.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d})
+            return out
+
+        def value(param):  # what the call gives the flag: a node, "unseen" (**), or its default
+            index = params.index(param) - shift
+            starred = [i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)]
+            if 0 <= index < len(call.args) and not any(i <= index for i in starred):
+                return call.args[index]
+            if keyword(call, param) is not None:
+                return keyword(call, param)
+            if starred or any(k.arg is None for k in call.keywords):
+                return "unseen"
+            return defaults().get(param)
+
+        def closed(test):
+            param = test.id if isinstance(test, ast.Name) and test.id in params else kept.get(
+                test.attr) if isinstance(test, ast.Attribute) and dotted(test.value) == "self" else None
+            if param is None:
+                return False
+            given = value(param)
+            if given == "unseen":
+                default = defaults().get(param)
+                return None if default is None or is_false(default) else False
+            if isinstance(given, ast.Name):
+                given = self.module_value(given.id)
+            return isinstance(given, ast.Constant) and not given.value
+
+        def walk(node, tests):
+            for child in ast.iter_child_nodes(node):
+                inner = tests + [node.test] if isinstance(node, ast.If) and child in node.body else tests
+                if isinstance(child, ast.Call) and child.lineno == line:
+                    yield inner
+                yield from walk(child, inner)
+
+        verdicts = []
+        for tests in walk(function, []):
+            parts = [p for t in tests for p in (t.values if isinstance(t, ast.BoolOp)
+                                                and isinstance(t.op, ast.And) else [t])]
+            found = [closed(p) for p in parts]
+            verdicts.append(True if True in found else None if None in found else False)
+        if not verdicts:
+            return False
+        return True if all(v is True for v in verdicts) else None if all(v is not False for v in verdicts) \
+            else False
+
     @staticmethod
     def spawns(call):
         """mp.spawn(fn, ...), Process(target=fn): the function runs in processes of its own,
         which the rules do not follow from the call."""
         return last(call) in ("spawn", "start_processes", "Process")
 
-    def deep_save_skipped(self, call, path, line):
+    def deep_save_skipped(self, call, path, line, reached=None):
         """The function this call runs (a module's) holds a torch.save at `line` that the
-        call's arguments keep from running on every rank (see save_skipped)."""
+        call's arguments keep from running on every rank (see save_skipped). `reached`: the
+        (Checker, function) Reach found for the call, where resolve does not (a method)."""
         resolved = self.resolve(call)
+        if resolved is None and reached is not None and reached[1].lineno <= line <= reached[1].end_lineno:
+            resolved = reached
         if resolved is None or resolved[0].path != path:
             return False
         checker, function = resolved
@@ -3498,6 +3610,12 @@ class Checker:
                 if isinstance(tested, ast.Name) and tested.id in params and needs_value \
                         and not given(tested.id) and default_none(tested.id):
                     return True  # snapshot(folder, tag): no model given, the load branch
+                value = passed(tested.id) if isinstance(tested, ast.Name) and tested.id in params \
+                    and not starred else None
+                if isinstance(value, ast.Name):
+                    value = self.module_value(value.id)  # save_path = None at module level, bound once
+                if needs_value and isinstance(value, ast.Constant) and not value.value:
+                    return True  # fit(..., save_path=None): the branch that saves never runs
                 if in_body:
                     for part in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) \
                             else [test]:
@@ -4388,17 +4506,22 @@ class Checker:
         return all(self.resolve(stmt.value) is not None and not self.is_backward(stmt.value)
                    and self.reaches(stmt.value, "is_backward") is None for stmt in block.body)
 
+    SYNC_NAMES = {"SyncBatchNorm", "convert_sync_batchnorm", "convert_syncbn_model"}  # torch's, apex's
+
     def rule_batchnorm(self):
-        fixed = {"SyncBatchNorm", "convert_sync_batchnorm"} & (self.attrs | self.names)
+        fixed = self.SYNC_NAMES & (self.attrs | self.names)
         if not self.ddp_calls or fixed:
             return
         self.batchnorm_in_classes()
-        for call in self.calls:
-            if re.fullmatch(r"BatchNorm[123]d", last(call)):
-                self.add("DDP070", call, f"{last(call)} in a DDP model without SyncBatchNorm: "
-                         "each rank normalizes with its own batch's statistics; "
-                         "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
-                         "you mean")
+        layers = [call for call in self.calls if self.BATCHNORM.fullmatch(last(call))]
+        if layers:  # one finding for the file's layers: one fix (convert the model) covers them all
+            more = layers[1:]
+            lines = ", ".join(str(c.lineno) for c in more[:4]) + (", ..." if len(more) > 4 else "")
+            also = f" (and {len(more)} more: line{'s' if len(more) > 1 else ''} {lines})" if more else ""
+            self.add("DDP070", layers[0], f"{last(layers[0])}{also} in a DDP model without SyncBatchNorm: "
+                     "each rank normalizes with its own batch's statistics; "
+                     "nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP, if that is not what "
+                     "you mean")
 
     BATCHNORM = re.compile(r"BatchNorm[123]d")
 
@@ -4775,11 +4898,7 @@ class Checker:
         for call in calls:
             if last(call) != "add_argument":
                 continue
-            dest = keyword(call, "dest")
-            names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            dests = {dest.value} if isinstance(dest, ast.Constant) else {
-                n.lstrip("-").replace("-", "_") for n in names if n.startswith("--")}
-            if attribute in dests:
+            if attribute == option_dest(call):
                 out.append(keyword(call, "default"))
                 if not every:
                     break
@@ -5306,6 +5425,8 @@ class Checker:
         """`expr`, or where it is a parameter of the function around `node`, what the file's
         calls give it, its default where they give none (`def setup(backend="nccl")`)."""
         scope = self.function_of(node)
+        if isinstance(expr, ast.Name) and self.module_value(expr.id) is not None:
+            return [expr, self.module_value(expr.id)]  # BACKEND = "nccl" at module level, bound once
         if not (isinstance(expr, ast.Name) and isinstance(scope, FUNCTION) and expr.id in self.params(scope)):
             return [expr]
         sites = self.sites.get(scope, [])
@@ -5950,9 +6071,12 @@ def unread_imports(checker):
                 continue
             head = module.split(".")[0]
             if head in said or head in sys.stdlib_module_names or project.find(head, 0, checker.folder) \
-                    or project.find(module, 0, checker.folder):
-                continue
+                    or project.find(module, 0, checker.folder) or isinstance(node, ast.ImportFrom) and any(
+                        project.find(f"{module}.{a.name}", 0, checker.folder) for a in node.names):
+                continue  # found: `from data import loaders` reads data/loaders.py
             folder = project_folders(project).get(head)
+            if folder is not None and any(folder in Path(p).parents for p in project.read):
+                continue  # the run read a module of that folder: not a place it stopped
             if folder is None or head.startswith("torch") or folder in checker.path.resolve().parents \
                     or (folder.parent / "__init__.py").is_file() \
                     or not (folder / "__init__.py").is_file() \
