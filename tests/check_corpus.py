@@ -126,6 +126,11 @@ def run_checker(checker, path: Path, select: list[str], root: Path | None = None
     distributed = made.distributed or getattr(made, "names_distributed", False)
     found = {(str(f["line"]), f["code"]): f.get("severity", "error")
              for f in findings if selected(f["code"], select)}
+    for f in findings:  # one finding for a model's layers names the others: "(and 2 more: lines 19, 29)"
+        named = re.search(r"\(and \d+ more: lines? ([\d, ]+)", f["message"])
+        lines = named.group(1).replace(" ", "").split(",") if named and selected(f["code"], select) else []
+        for line in lines:
+            found.setdefault((line, f["code"]), f.get("severity", "error"))
     plain = not distributed and WRAPS_DDP.search(text)
     return found, NOT_DISTRIBUTED if plain else None
 

@@ -1065,6 +1065,9 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     assert "someone/project\ttrain.py\t79\tDDP040\trecorded '-', now 'error'\tUNLABELLED" in said
     assert corpus.main([*in_repository, "--alone"]) == 0
     assert "\t79\tDDP040" not in capsys.readouterr().out
+    # one finding for a model's BatchNorm layers names the others ("and 2 more: lines 19, 29"): each is said
+    found, _ = corpus.run_checker(check_ddp, FIXTURES / "review12.py", ["DDP070"])
+    assert found == {("16", "DDP070"): "warning", ("19", "DDP070"): "warning", ("29", "DDP070"): "warning"}
 
 
 @pytest.mark.parametrize(
