@@ -769,6 +769,76 @@ def test_a_port_from_a_key_that_every_config_file_sets_to_a_number():
     assert findings(PROJECT / "clean_review11_config.py") == []
 
 
+def test_shapes_of_the_ninth_review():
+    """A ninth review's misses (set review12), each a shape of our own. Said (follow12.py): an
+    evaluation defined inside main() that reads main()'s loader on a padding sampler (DDP031);
+    backward() in one method, the step in another it calls, when `step - self.last_step >= k`
+    (DDP050). Quiet (clean_follow12.py): a function inside main() that trains on main()'s loader
+    while another one calls .eval() (that .eval() is its own), and an evaluation of a loader of
+    its own; a step method called after backward() that steps every time, or skips a bad loss."""
+    review = FIXTURES / "follow12.py"
+    assert found_in(review) == expected_in(review) == {(19, "DDP031", False), (41, "DDP050", False)}
+    said = {(f["line"], f["code"]): f["message"] for f in findings(review)}
+    assert said[19, "DDP031"].startswith("an evaluation loader's DistributedSampler pads the shards with "
+                                         "repeated samples: they are counted twice")
+    assert said[41, "DDP050"].startswith("train_batch() runs backward() on every call and maybe_step() steps "
+                                         "the optimizer only when a counter says so")
+    assert findings(FIXTURES / "clean_follow12.py") == []
+    # a fallback port in an srun branch: a number plus the node's GPU count (DDP130); quiet where
+    # the offset is the job id's, or one each job is given
+    port = FIXTURES / "follow12_port.py"
+    assert found_in(port) == expected_in(port) == {(19, "DDP130", False)}
+    assert findings(port)[0]["message"].startswith(
+        "MASTER_PORT falls back to 23400 + gpus_here where none is set, in code that runs under srun")
+    assert findings(FIXTURES / "clean_follow12_port.py") == []
+
+
+def test_a_save_helper_of_the_project_given_the_wrapper_by_keyword():
+    """A ninth review's hubert shape (project/train_follow12.py): `save_snapshot(net=net)` of
+    another module saves `net.state_dict()` and is given the DDP wrapper; a plain model here
+    reads the snapshot's "net" key: DDP041, an error. A note (train_follow12_resume.py) where
+    the file loads it back into the wrapper alone. Quiet (clean_follow12.py): net.module given,
+    by keyword and by position; the wrapper given to a helper that saves
+    `net.module.state_dict() if hasattr(net, "module") else net.state_dict()`."""
+    entry = PROJECT / "train_follow12.py"
+    assert found_in(entry) == expected_in(entry) == {(21, "DDP041", False)}
+    assert findings(entry)[0]["message"].startswith(
+        "save_snapshot() (lab12/snapshots.py) saves net.state_dict() (lab12/snapshots.py:10), given the DDP "
+        "wrapper net: its keys start with 'module.'; pass net.module")
+    resume = PROJECT / "train_follow12_resume.py"
+    assert found_in(resume) == expected_in(resume) == {(18, "DDP041", True)}
+    assert "this file loads them back into the wrapper" in findings(resume)[0]["message"]
+    assert findings(PROJECT / "clean_follow12.py") == []
+
+
+def test_a_loader_a_helper_returns_kept_by_a_class_for_its_evaluation():
+    """A ninth review's CMGAN shape (project/train_follow12_loaders.py): the held-out loader
+    that a helper of the project returns in a tuple, on a padding DistributedSampler, given to
+    a class of the file that keeps it in a field read by its test() (DDP031, at the helper's
+    call). Quiet (project/clean_follow12.py): both loaders kept and trained on, none evaluated;
+    a held-out DataLoader on no sampler, returned beside a loader on one, read by a closure."""
+    entry = PROJECT / "train_follow12_loaders.py"
+    assert found_in(entry) == expected_in(entry) == {(44, "DDP031", False)}
+    assert findings(entry)[0]["message"].startswith(
+        "the DistributedSampler of the loader that make_loaders() (lab12/data.py) returns pads the shards "
+        "with repeated samples: they are counted twice")
+    assert findings(PROJECT / "clean_follow12.py") == []
+
+
+def test_methods_of_a_trainer_of_the_project_called_on_every_rank():
+    """A ninth review's stylegan2 shape (project/train_follow12_trainer.py): `trainer.load()`
+    and `trainer.save()` of a class of the project, called on every rank: its load has no
+    map_location (DDP042), its save no test on the rank (DDP040), though the module's own call
+    of each is rank 0's. Quiet (project/clean_follow12.py): restore() with map_location, save()
+    on rank 0, load() in the parent process before mp.spawn."""
+    entry = PROJECT / "train_follow12_trainer.py"
+    assert found_in(entry) == expected_in(entry) == {(14, "DDP042", False), (17, "DDP040", False)}
+    said = {f["code"]: f["message"] for f in findings(entry)}
+    assert said["DDP042"].startswith("lab12/gan.py:34: torch.load without map_location")
+    assert said["DDP040"].startswith("save() (lab12/gan.py) runs torch.save (lab12/gan.py:31) on every rank")
+    assert findings(PROJECT / "clean_follow12.py") == []
+
+
 def test_an_entry_that_names_torch_distributed_is_distributed(capsys):
     """A sixth review's torchtitan shape (project/clean_review9_entry.py): a trainer made from
     a config, out of sight, and torch.distributed called through `import torch` alone. Not 'no
@@ -1113,7 +1183,8 @@ def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagg
         assert f'--8<-- "tests/check_corpus_{review}.md:{part}"' in page
 
 
-BLIND_REVIEWS = ("review7", "review9", "review10", "review11", "review12")  # label files of the blind reviews, in order
+# the label files of the blind reviews, in order
+BLIND_REVIEWS = ("review7", "review9", "review10", "review11", "review12")
 
 
 def test_the_pages_summary_of_the_blind_reviews_is_their_tables():

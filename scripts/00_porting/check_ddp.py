@@ -160,6 +160,16 @@ CARRY_RANK = {"int", "float", "bool", "abs", "min", "max", "round", "sum", "tens
               "tolist", "list", "tuple", "eq", "ne", "lt", "le", "gt", "ge"}
 BUILTINS = {"len", "enumerate", "iter", "next", "zip", "list", "tuple", "print", "isinstance", "sorted"}
 FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def walk_own(function):
+    """The nodes of `function`, not those of the functions defined inside it."""
+    todo = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, FUNCTION):
+            todo.extend(ast.iter_child_nodes(node))
 SCOPE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 # Calls that start the process group, here or in a helper of the script's project.
@@ -2003,7 +2013,7 @@ class Checker:
         key = ("eval", function)
         if key not in self._memo:
             self._memo[key] = any(isinstance(c, ast.Call) and last(c) == "eval" and not c.args
-                                  for c in ast.walk(function))
+                                  for c in walk_own(function))  # a def inside: its own .eval()
         return self._memo[key]
 
     def in_evaluation(self, node, strict):
@@ -2260,6 +2270,13 @@ class Checker:
             return False
         return True if all(v is True for v in verdicts) else None if all(v is not False for v in verdicts) \
             else False
+
+    def in_launcher(self, call):
+        """`call` is in the function that starts the ranks (mp.spawn, Process) and no group: it
+        runs once, in the parent process (a `--generate` branch before the spawn)."""
+        scope = self.function_of(call)
+        own = [n for n in self.own_nodes(scope) if isinstance(n, ast.Call)]
+        return any(self.spawns(n) for n in own) and not any(last(n) == "init_process_group" for n in own)
 
     @staticmethod
     def spawns(call):
@@ -2749,6 +2766,9 @@ class Checker:
                                   in resolved[0].sampler_made(resolved[1], depth + 1) if kind == "loader"]
                     if last(made) == "DataLoader":
                         inner = keyword(made, "sampler")
+                        if inner is None and keyword(made, "batch_sampler") is None and len(made.args) < 4 \
+                                and all(k.arg is not None for k in made.keywords):
+                            seen_sampler = True  # a DataLoader in sight with no sampler: none pads it
                         samplers = [inner] + (
                             self.assigned(inner.id, function) if isinstance(inner, ast.Name) else [])
                         calls = [n for s in samplers if s is not None for n in ast.walk(s)
@@ -3141,7 +3161,7 @@ class Checker:
         results by sample id, dropping repeats); passed to an evaluate()/validate() out of
         sight: 'note'."""
         verdict = None
-        for node in self.by_scope.get(scope, []):
+        for node in self.by_scope.get(scope, []) + self.closure_nodes(scope, name):
             if isinstance(node, (ast.For, ast.comprehension)) and any(
                     isinstance(n, ast.Name) and n.id == name for n in ast.walk(unwrap_iter(node.iter))):
                 if self.in_evaluation(node.iter, strict):
@@ -3167,6 +3187,8 @@ class Checker:
                 )
             ):
                 continue
+            if self.kept_for_evaluation(node, name, strict):
+                return "yes"  # Trainer(train_loader, test_loader): self.test_loader read in test()
             resolved = self.resolve(node)
             if resolved is not None and depth < 3:
                 checker, target = resolved
@@ -3188,6 +3210,38 @@ class Checker:
                     EVAL_NAME, last(node)):
                 verdict = "note"
         return verdict
+
+    def kept_for_evaluation(self, call, name, strict):
+        """`call` makes an object of a class of this file, giving `name` to its __init__,
+        which keeps it (`self.test_loader = test_loader`); a method of the class iterates that
+        field in an evaluation (attribute_read_in_evaluation)."""
+        cls = self.classes.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        init = next((n for n in cls.body if isinstance(n, FUNCTION) and n.name == "__init__"), None) \
+            if cls is not None else None
+        if init is None:
+            return False
+        params = self.params(init)[1:]
+        given = {params[i] for i, a in enumerate(call.args)
+                 if isinstance(a, ast.Name) and a.id == name and i < len(params)}
+        given |= {k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id == name}
+        return any(
+            isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in given
+            and len(node.targets) == 1 and dotted(node.targets[0]) == f"self.{node.targets[0].attr}"
+            and self.attribute_read_in_evaluation(node.targets[0].attr, node, strict) == "yes"
+            for node in self.own_nodes(init) if isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Attribute))
+
+    def closure_nodes(self, scope, name):
+        """The nodes of the functions defined inside `scope` (a `def validate():` in main())
+        that read `name` from it: they neither take nor assign a `name` of their own."""
+        if isinstance(scope, ast.Module):
+            return []
+        out = []
+        for inner in self.defs.get(scope, {}).values():
+            if name in self.params(inner) or self.values_in(name, inner):
+                continue
+            out += self.by_scope.get(inner, []) + self.closure_nodes(inner, name)
+        return out
 
     @staticmethod
     def fetches_from(call, name):
@@ -3530,11 +3584,21 @@ class Checker:
                         found += self.state_values(value, scope, value.lineno, depth + 1)
         return found
 
-    def saver(self, function, depth=0):
+    def from_params(self, value, function, params, state_locals):
+        """`value` names a parameter of `function`; with state_locals, also through a name the
+        function assigns a parameter's state_dict() (`state = {"net": self.net.state_dict()}`,
+        then torch.save(state, ...)): a model's state, not a cache of data."""
+        names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        return bool(names & params) or state_locals and any(
+            isinstance(n, ast.Call) and last(n) == "state_dict" and isinstance(n.func, ast.Attribute)
+            and dotted(n.func.value).split(".")[0] in params
+            for name in names for assigned, _ in self.values_in(name, function) for n in ast.walk(assigned))
+
+    def saver(self, function, depth=0, state_locals=False):
         """In a function of this file (or of the project): the torch.save it runs on whoever
         calls it (not under a rank test of its own), if what it saves comes from its
         parameters; or that a function it calls so runs. As (node, its Checker)."""
-        key = ("saver", function)
+        key = ("saver", function, state_locals)
         if key not in self._memo:
             self._memo[key] = None
             params = set(self.params(function))
@@ -3546,7 +3610,7 @@ class Checker:
                     self.origin(node.func) in ("torch.save", "save")
                     and node.args
                     and not self.per_rank_path(node)
-                    and any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(node.args[0]))
+                    and self.from_params(node.args[0], function, params, state_locals)
                 ):
                     self._memo[key] = (node, self)
                     break
@@ -3687,6 +3751,57 @@ class Checker:
                 return True
         return False
 
+    def wrapper_given_to_a_saver(self, call, checker, function):
+        """DDP041 at `call` of a function of another module of the project that saves
+        `param.state_dict()` (torch.save in the function itself), where the call gives that
+        parameter the DDP wrapper (`save_checkpoint(model=ddp_model)`). A note where this file
+        loads a checkpoint back into the wrapper and no plain model here loads that key."""
+        saves = [n for n in checker.own_nodes(function) if isinstance(n, ast.Call)
+                 and checker.origin(n.func) in ("torch.save", "save") and n.args]
+        if not saves or checker.guarded_within(saves[0], function):
+            return
+        params = checker.params(function)
+        shift = 1 if params[:1] in (["self"], ["cls"]) else 0
+        given = {params[i + shift]: a for i, a in enumerate(call.args) if i + shift < len(params)}
+        given.update({k.arg: k.value for k in call.keywords if k.arg in params})
+        scope = self.function_of(call)
+        for node in checker.own_nodes(function):
+            if not (isinstance(node, ast.Call) and last(node) == "state_dict" and not node.args
+                    and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)):
+                continue
+            value = given.get(node.func.value.id)
+            if not isinstance(value, (ast.Name, ast.Attribute)) \
+                    or self.outermost(value, call.lineno, scope) != "ddp" \
+                    or checker.not_wrapped_here(node.func.value, node):
+                continue  # m.module.state_dict() if hasattr(m, "module") else m.state_dict()
+            holder = checker.parents.get(node)
+            key = None
+            if isinstance(holder, ast.Dict):
+                found = holder.keys[holder.values.index(node)] if node in holder.values else None
+                key = found.value if isinstance(found, ast.Constant) else None
+            where = f"{self.helper_name(call, checker, function)} saves {node.func.value.id}.state_dict() " \
+                    f"({self.at(checker, node)})"
+            if self.resumed(value) and not (key is not None and self.plain_load_of(key)):
+                self.add("DDP041", call, f"{where}, given the DDP wrapper {ast.unparse(value)}: its keys "
+                         "start with 'module.'; this file loads them back into the wrapper, but a plain "
+                         f"model cannot: pass {ast.unparse(value)}.module", "note")
+            else:
+                self.add("DDP041", call, f"{where}, given the DDP wrapper {ast.unparse(value)}: its keys "
+                         f"start with 'module.'; pass {ast.unparse(value)}.module")
+            return
+
+    def plain_load_of(self, key):
+        """A model that is not the DDP wrapper loads the checkpoint's `key` in this file
+        (`model.load_state_dict(checkpoint["model"])` before the wrap)."""
+        for call in self.calls:
+            if last(call) != "load_state_dict" or not call.args or not isinstance(call.func, ast.Attribute):
+                continue
+            if "ddp" in self.kinds_of(call.func.value, call.lineno, self.function_of(call)):
+                continue
+            if any(isinstance(n, ast.Constant) and n.value == key for n in ast.walk(call.args[0])):
+                return True
+        return False
+
     def resumed(self, owner):
         """The file loads a checkpoint back into this wrapper (owner.load_state_dict, or the
         wrapper handed to a load/resume helper): its 'module.' keys come back where they were."""
@@ -3706,12 +3821,15 @@ class Checker:
         for call in self.calls:
             name = self.origin(call.func)
             scope = self.function_of(call)
-            external = self.external(call) if self.callee(call) is None else None
-            if external is not None and external[0].saver(external[1]) is not None \
-                    and not self.guarded(call) and not self.save_skipped(call, *external) and not any(
+            external = None if self.callee(call) is not None else self.external(call) or (
+                None if self.in_launcher(call) else self.instance_method(call))  # trainer.save()
+            found = None if external is None else external[0].saver(
+                external[1], state_locals=self.external(call) is None)  # a method: its state in a local too
+            if found is not None and not self.guarded(call) and not (
+                    found[1] is external[0] and self.save_skipped(call, *external, found[0])) and not any(
                         self.depends_on_rank(a, self.tainted(scope, loose=True), loose=True)
                         for a in list(call.args) + [k.value for k in call.keywords] if is_path(a)):
-                inner, checker = external[0].saver(external[1])
+                inner, checker = found
                 unread = self.unread_guard(call)
                 self.add("DDP040", call, f"{self.helper_name(call, *external)} runs torch.save "
                          f"({self.at(checker, inner)}) on every rank: N processes write the same file; "
@@ -3720,6 +3838,8 @@ class Checker:
                          f"({self.at(checker, inner)}) under `if {ast.unparse(unread)}:`, a test the checker "
                          "cannot read: if it is not a test on the rank, every rank writes the same file",
                          None if unread is None else "note")
+            if external is not None:
+                self.wrapper_given_to_a_saver(call, *external)
             if "save" not in last(call).lower() or name.startswith(("dcp.", "torch.distributed.checkpoint")):
                 continue
             saved = [
@@ -4092,6 +4212,21 @@ class Checker:
                     and not self.per_rank_path(call, 0, "f") and not self.other_branch_maps(call):
                 self.add("DDP042", call, "torch.load without map_location: tensors go back to the device "
                          "that saved them (on GPUs, one GPU for every rank); pass map_location=device")
+        for call in self.calls:  # trainer.load(path): a function of the project that loads a checkpoint
+            if self.callee(call) is not None or self.guarded(call) or self.in_launcher(call):
+                continue
+            external = self.external(call) or self.instance_method(call)
+            if external is None or not any(last(n) == "load_state_dict" for n in ast.walk(external[1])):
+                continue
+            checker, function = external
+            load = next((n for n in checker.own_nodes(function) if isinstance(n, ast.Call)
+                         and checker.origin(n.func) == "torch.load" and not checker.mapped(n)
+                         and not checker.guarded_within(n, function)
+                         and not checker.per_rank_path(n, 0, "f") and not checker.other_branch_maps(n)), None)
+            if load is not None:  # its module's own calls may be rank 0's; this one is every rank's
+                self.add("DDP042", call, f"{self.at(checker, load)}: torch.load without map_location: "
+                         "tensors go back to the device that saved them (on GPUs, one GPU for every rank); "
+                         "pass map_location=device")
 
     # -- DDP050: accumulation without no_sync
     def rule_no_sync(self):
@@ -4147,16 +4282,32 @@ class Checker:
             calls = [n for n in self.own_nodes(function) if isinstance(n, ast.Call)]
             backwards = [c for c in calls if self.is_backward(c) and self.every_call(c, function)]
             steps = [c for c in calls if self.is_optimizer_step(c)]
-            if not backwards or not steps:
+            if backwards and not steps:  # self.update_optimizer() after the backward: its step
+                helper = next((c for c in calls if c.lineno > backwards[0].lineno
+                               and self.every_call(c, function) and self.callee(c) not in (None, function)
+                               and self.steps_on_a_counter(self.callee(c))), None)
+                if helper is not None:
+                    self.add("DDP050", backwards[0], f"{function.name}() runs backward() on every call and "
+                             f"{self.callee(helper).name}() steps the optimizer only when a counter says "
+                             "so: each call's backward() all-reduces; wrap all but the last micro-batch in "
+                             "model.no_sync()")
                 continue
-            counters = {dotted(n.target) for n in self.own_nodes(function)
-                        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)}
-            if all(s.lineno > backwards[0].lineno and any(
-                    isinstance(a, ast.If) and self.counter_test(a.test, counters)
-                    for a in self.between(s, function)) for s in steps):
-                self.add("DDP050", backwards[0], f"{function.name}() runs backward() on every call and "
-                         "steps the optimizer only when a counter says so: each call's backward() "
-                         "all-reduces; wrap all but the last micro-batch in model.no_sync()")
+            if not backwards or not self.steps_on_a_counter(function, after=backwards[0].lineno):
+                continue
+            self.add("DDP050", backwards[0], f"{function.name}() runs backward() on every call and "
+                     "steps the optimizer only when a counter says so: each call's backward() "
+                     "all-reduces; wrap all but the last micro-batch in model.no_sync()")
+
+    def steps_on_a_counter(self, function, after=0):
+        """Every optimizer step of `function` (after line `after`) waits on a counter's test
+        (`i % k == 0`, `self.count >= k`, `step - self.last_step >= k`); and it has one."""
+        own = self.own_nodes(function)
+        steps = [n for n in own if isinstance(n, ast.Call) and self.is_optimizer_step(n)]
+        counters = {dotted(n.target) for n in own
+                    if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)}
+        return bool(steps) and all(s.lineno > after and any(
+            isinstance(a, ast.If) and self.counter_test(a.test, counters)
+            for a in self.between(s, function)) for s in steps)
 
     def every_call(self, node, function):
         """`node` runs on every call of `function`: in no loop of it, and each `if` around it
@@ -4176,6 +4327,11 @@ class Checker:
         """A test of a micro-batch counter: `i % k == 0`, or a comparison of a name that counts
         micro-batches (accum, micro) or that the function adds to (`self.count += 1`)."""
         if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test)):
+            return True
+        if any(isinstance(n, ast.Compare) and any(  # steps since the last one: step - self.last_step >= k
+                isinstance(o, ast.BinOp) and isinstance(o.op, ast.Sub)
+                and isinstance(o.right, (ast.Name, ast.Attribute)) and re.search(r"(?i)last", last(o.right))
+                for o in [n.left, *n.comparators]) for n in ast.walk(test)):
             return True
         return any(isinstance(n, ast.Compare) and any(
             isinstance(o, (ast.Name, ast.Attribute)) and (
@@ -5011,7 +5167,8 @@ class Checker:
         the default of `os.environ.get("MASTER_PORT", ...)` is a fallback."""
         out = []
         for text, where in self.url_values(value, scope, passed=passed):
-            fixed = text.isdigit() if kind == "env" else bool(re.search(r"^tcp://.*:\d+/?$", text))
+            fixed = bool(re.fullmatch(r"\d+( \+ .+)?", text)) if kind == "env" \
+                else bool(re.search(r"^tcp://.*:\d+/?$", text))
             if fixed:
                 out.append((text, where, self.env_default(where)))
         return out
@@ -5156,6 +5313,16 @@ class Checker:
                                  "MASTER_ADDR and MASTER_PORT (init_method='env://'), or derive it from the "
                                  "job id")
 
+    def gpu_count(self, node, scope):
+        """`node` is the node's GPU count (`torch.cuda.device_count()`, or a name assigned it
+        alone): the same on every node of a kind, so a port it offsets is fixed."""
+        if isinstance(node, ast.Call):
+            return last(node) == "device_count" and not node.args
+        if isinstance(node, ast.Name):
+            values = self.assigned(node.id, scope)
+            return len(values) == 1 and self.gpu_count(values[0], scope)
+        return False
+
     def url_values(self, expr, scope, depth=0, passed=None):
         """The strings `expr` may hold, as (text, the node that gives its end): constants,
         f-strings and + of them, names and attributes assigned them, an option's default,
@@ -5188,6 +5355,12 @@ class Checker:
             caller, value, where = passed[expr.value.id]
             moved = ast.Attribute(value=value, attr=expr.attr, ctx=ast.Load())
             return caller.url_values(moved, where, depth + 1) if dotted(moved) else []
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):  # 29500 + num_gpus: fixed per node
+            numbers = [side for side in (expr.left, expr.right) if isinstance(side, ast.Constant)
+                       and type(side.value) is int and 1024 <= side.value < 65536]
+            other = expr.right if numbers and numbers[0] is expr.left else expr.left
+            if len(numbers) == 1 and self.gpu_count(other, scope):
+                return [(f"{numbers[0].value} + {ast.unparse(other)}", numbers[0])]
         parts = None
         if isinstance(expr, ast.JoinedStr):
             parts = [[(str(v.value), v)] if isinstance(v, ast.Constant) else (

@@ -20,4 +20,4 @@ def run_epoch(net, loader, optimizer, opts):
         loss.backward()
         optimizer.step()
     if opts.keep_snapshots:
-        torch.save(net.state_dict(), f"{opts.folder}/last.pt")
+        torch.save(net.module.state_dict(), f"{opts.folder}/last.pt")
