@@ -740,7 +740,8 @@ def test_a_ninth_reviews_flags_constants_and_layers():
     assert said["DDP131"]["severity"] == "error"
     assert said["DDP131"]["message"].startswith("init_process_group with nccl and no torch.cuda.set_device")
     assert said["DDP070"]["message"].startswith("lab12/ctr.py:16: BatchNorm1d in a DDP model")
-    assert said["DDP040"]["message"].startswith("lab12/ctr.py:35: torch.save runs on every rank")
+    assert said["DDP040"]["message"].startswith(  # a method called on the model: followed as a helper
+        "fit() (lab12/ctr.py) runs torch.save (lab12/ctr.py:35) on every rank")
     assert found_in(settings) == expected_in(settings) == {(17, "DDP070", True)}
     assert findings(settings)[0]["message"].startswith(
         "lab12/ctr.py:16: built only under a flag that WideDeep(...) may set through ** (out of sight)")
@@ -799,7 +800,8 @@ def test_a_save_helper_of_the_project_given_the_wrapper_by_keyword():
     reads the snapshot's "net" key: DDP041, an error. A note (train_follow12_resume.py) where
     the file loads it back into the wrapper alone. Quiet (clean_follow12.py): net.module given,
     by keyword and by position; the wrapper given to a helper that saves
-    `net.module.state_dict() if hasattr(net, "module") else net.state_dict()`."""
+    `net.module.state_dict() if hasattr(net, "module") else net.state_dict()`; a name that is
+    the model inside the wrapper in one arm, the plain model in the other."""
     entry = PROJECT / "train_follow12.py"
     assert found_in(entry) == expected_in(entry) == {(21, "DDP041", False)}
     assert findings(entry)[0]["message"].startswith(

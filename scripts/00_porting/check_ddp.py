@@ -3770,7 +3770,9 @@ class Checker:
                     and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)):
                 continue
             value = given.get(node.func.value.id)
-            if not isinstance(value, (ast.Name, ast.Attribute)) \
+            held = isinstance(value, (ast.Name, ast.Attribute))
+            live = self.live_kinds(value, call.lineno, scope) if held else None  # the wrapper in every arm
+            if not live or not all("ddp" in kinds for kinds in live) \
                     or self.outermost(value, call.lineno, scope) != "ddp" \
                     or checker.not_wrapped_here(node.func.value, node):
                 continue  # m.module.state_dict() if hasattr(m, "module") else m.state_dict()

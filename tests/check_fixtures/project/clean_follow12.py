@@ -1,6 +1,7 @@
 """A ninth review's shapes where they are no pitfall (for tests/test_check_ddp.py): the
 snapshot helper of the project given the model inside the DDP wrapper, by keyword and by
-position, and the wrapper given to a helper that unwraps it; both loaders that a helper of
+position, the wrapper given to a helper that unwraps it, and a name that holds the model
+inside the wrapper in one arm and the plain model in the other; both loaders that a helper of
 the project returns kept by a class of this file that trains on them (no evaluation reads
 them); a trainer of the project restored with map_location and saved on rank 0, and loaded
 without it in the parent process, before the spawn; a held-out loader on no sampler, from a
@@ -46,6 +47,19 @@ class TwoStageRunner:
             self.optimizer.zero_grad()
             nn.functional.cross_entropy(self.net(x), y).backward()
             self.optimizer.step()
+
+
+def save_inner(folder, distributed):
+    dist.init_process_group("gloo")
+    net = nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    if distributed:
+        net = DistributedDataParallel(net)
+        inner = net.module
+    else:
+        inner = net
+    if dist.get_rank() == 0:
+        save_snapshot(folder, inner, optimizer, 0)
 
 
 def two_stages():
@@ -97,3 +111,4 @@ if __name__ == "__main__":
     two_stages()
     launch(2, False)
     fit_and_score(2)
+    save_inner("runs", True)
