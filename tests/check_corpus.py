@@ -45,6 +45,8 @@ tests/check_corpus_review10.tsv holds a seventh (set review10, blind), from that
 `before` is 736fc2e's run. tests/check_corpus_review11.tsv holds an eighth (set review11, blind), from that
 reviewer's table: `before` is 0ab6be3's run. tests/check_corpus_review12.tsv holds a ninth (set
 review12, blind), from that reviewer's table and notes: `before` is 784b289's run.
+tests/check_corpus_review13.tsv holds a tenth (set review13, blind): `before` is 1292787's run, and
+no fix followed it.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ REVIEW10 = REPO / "tests" / "check_corpus_review10.tsv"  # a seventh fresh revie
 REVIEW11 = REPO / "tests" / "check_corpus_review11.tsv"  # an eighth fresh review's files: 0ab6be3, then now
 # the version each review ran
 REVIEWED = {"review5": "f69ac21", "review6": "999036c", "review7": "8c072c6", "review9": "32828ad",
-            "review10": "736fc2e", "review11": "0ab6be3", "review12": "784b289"}
+            "review10": "736fc2e", "review11": "0ab6be3", "review12": "784b289",
+            "review13": "1292787"}
 MODULES = REPO / "tests" / "check_corpus_modules.tsv"  # repo, commit, entry, a module it imports
 CHECKER = REPO / "scripts" / "00_porting" / "check_ddp.py"
 # a file that is distributed: it wraps DDP, calls torch.distributed, or spawns its ranks (mp.spawn)

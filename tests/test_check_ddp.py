@@ -1155,6 +1155,7 @@ def test_the_corpus_script_skips_without_the_corpus_and_measures_a_folder(tmp_pa
     ("review10", 15, 13, 30, 0, 0, "### A seventh review (blind)"),
     ("review11", 17, 13, 28, 0, 0, "### An eighth review (blind)"),
     ("review12", 26, 20, 31, 0, 0, "### A ninth review (blind)"),
+    ("review13", 31, 20, 30, 11, 0, "### A tenth review (blind)"),
 ])
 def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagged_true, pitfalls, false_left,
                                                            not_distributed_left, heading):
@@ -1186,7 +1187,7 @@ def test_each_fresh_reviews_files_are_labelled_and_tabled(review, flagged, flagg
 
 
 # the label files of the blind reviews, in order
-BLIND_REVIEWS = ("review7", "review9", "review10", "review11", "review12")
+BLIND_REVIEWS = ("review7", "review9", "review10", "review11", "review12", "review13")
 
 
 def test_the_pages_summary_of_the_blind_reviews_is_their_tables():
